@@ -1,0 +1,12 @@
+"""Parsers: bytes in, typed frames for the run's tables out. One module per input format.
+
+Each file-level parser module has ``KIND``, ``sniff(head, name)`` and ``parse(source)``,
+which yields ``(table, polars.DataFrame)`` pairs whose columns are the table's
+(``postmortem.schema``). Discovery asks the sniffers in ``FILE_PARSERS`` order; the first
+that claims a file parses it. Parsers know nothing of signatures or of the CLI.
+"""
+
+from . import error_file, textlog
+
+# Most specific first: every text format would also pass the text sniffer.
+FILE_PARSERS = (error_file, textlog)

@@ -1,0 +1,386 @@
+"""How processes ended: log headers, tracebacks, torchrun failure reports, signals, OOMs.
+
+Reads line frames from ``textlog`` and yields rows for ``events``, ``failures`` and
+``stacks``. Real lines this module reads (PyTorch 2.11, torchrun console):
+
+    [rank0]:[E1129 13:33:42.672765297 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught ...
+    [rank0]: Traceback (most recent call last):
+    [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 MiB. GPU 0 ...
+    terminate called after throwing an instance of 'c10::DistBackendError'
+    W1129 13:34:43.644000 3596 torch/distributed/elastic/multiprocessing/api.py:1012] Sending process 3641 closing signal SIGTERM
+      exitcode  : -6 (pid: 3640)
+
+Single-line records are found with vectorized expressions over every line; multi-line
+blocks (tracebacks, torchrun's failure table) are assembled in Python from the few lines
+the expressions marked as their start.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal as signals
+from collections.abc import Iterator
+from datetime import datetime
+
+import polars as pl
+
+from postmortem.schema import conform, frame, json_attrs
+
+from .source import Source
+
+MAX_MESSAGE = 2000
+TRACEBACK_MAX_LINES = 400
+
+_TRACEBACK_START = "Traceback (most recent call last):"
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
+_FAULTHANDLER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
+_TABLE_FIELD = re.compile(r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
+_TABLE_ENTRY = re.compile(r"^\[(?P<rank>\d+)\]:$")
+
+_OOM_FIGURES = {
+    "tried_to_allocate": r"Tried to allocate ([\d.]+ [KMGT]?i?B)",
+    "capacity": r"total capacity of ([\d.]+ [KMGT]?i?B)|([\d.]+ [KMGT]?i?B) total capacity",
+    "free": r"of which ([\d.]+ [KMGT]?i?B) is free|([\d.]+ [KMGT]?i?B) free",
+    "in_use": r"this process has ([\d.]+ [KMGT]?i?B) memory in use",
+    "allowed": r"([\d.]+ [KMGT]?i?B) allowed",
+    "allocated_by_pytorch": r"([\d.]+ [KMGT]?i?B) is allocated by PyTorch|([\d.]+ [KMGT]?i?B) already allocated",
+    "reserved_unallocated": r"([\d.]+ [KMGT]?i?B) is reserved by PyTorch but unallocated",
+    "reserved_total": r"([\d.]+ [KMGT]?i?B) reserved in total by PyTorch",
+}
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+          "KB": 1000, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+_FATAL_SIGNALS = {
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Floating point exception": "SIGFPE",
+    "Illegal instruction": "SIGILL",
+}
+
+# A frame is the user's when it is none of these: the innermost such frame is where the
+# user's code was.
+_NOT_USER = ("site-packages/", "dist-packages/", "/torch/", "<frozen", "/lib/python3", "<string>")
+
+_VERSION_PATTERNS = {
+    "torch": r"(?i)\b(?:py)?torch(?:[ _]?version)?\s*[=:]\s*v?(\d+\.\d+\.\d+[\w.+-]*)",
+    "nccl": r"NCCL version:? (\d+\.\d+\.\d+)",
+    "cuda": r"(?:NCCL version \d+\.\d+\.\d+\+cuda|CUDA (?:runtime )?version\s*[=:]\s*)(\d+\.\d+)",
+    "python": r"\bPython v?(3\.\d+\.\d+)\b",
+}
+
+
+def signal_name(number: int) -> str | None:
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return None
+
+
+def to_bytes(figure: str) -> int | None:
+    value, _, unit = figure.partition(" ")
+    try:
+        return int(float(value) * _UNITS[unit])
+    except (ValueError, KeyError):
+        return None
+
+
+def oom_figures(message: str) -> dict[str, int]:
+    """The byte figures of a CUDA OOM message, whichever PyTorch version wrote it."""
+    figures = {}
+    for key, pattern in _OOM_FIGURES.items():
+        m = re.search(pattern, message)
+        if m:
+            value = to_bytes(next(g for g in m.groups() if g))
+            if value is not None:
+                figures[key] = value
+    return figures
+
+
+def is_user_frame(path: str) -> bool:
+    return not any(marker in path for marker in _NOT_USER)
+
+
+def _attrs(**values) -> str:
+    return json.dumps({k: v for k, v in values.items() if v is not None}, default=str)
+
+
+def _short(text: str | None) -> str | None:
+    return None if text is None else text[:MAX_MESSAGE]
+
+
+# ---------------------------------------------------------------- single-line records
+
+
+def _log_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
+    """Warning-and-worse header lines, and the last timestamped line of each rank."""
+    text = pl.col("msg")
+    kind = (
+        pl.when(text.str.contains("Watchdog caught collective operation timeout", literal=True))
+        .then(pl.lit("watchdog_timeout"))
+        .when(text.str.contains("closing signal", literal=True))
+        .then(pl.lit("agent_signal"))
+        .when(text.str.contains(r"failed \(exitcode: -?\d+\) local_rank"))
+        .then(pl.lit("agent_failure"))
+        .otherwise(pl.lit("log"))
+    )
+    warnings = own.filter(pl.col("level").is_in(["W", "E", "F", "C"]) | pl.col("msg").str.contains(
+        "closing signal SIG", literal=True))
+    sent = text.str.extract_groups(r"Sending process (?<pid>\d+) closing signal (?<sig>SIG\w+)")
+    failed = text.str.extract_groups(r"failed \(exitcode: (?<code>-?\d+)\) local_rank: (?<lr>\d+) \(pid: (?<pid>\d+)\)")
+    events = warnings.select(
+        "rank",
+        "ts",
+        "line_no",
+        "level",
+        pl.col("src").alias("source"),
+        kind.alias("kind"),
+        pl.col("msg").str.slice(0, MAX_MESSAGE).alias("message"),
+        # The agent names a worker by pid; the store maps it to the worker's rank.
+        pl.coalesce(
+            sent.struct.field("pid").cast(pl.Int32, strict=False),
+            failed.struct.field("pid").cast(pl.Int32, strict=False),
+            pl.col("pid"),
+        ).alias("pid"),
+        pl.when(sent.struct.field("sig").is_not_null())
+        .then(json_attrs(signal=sent.struct.field("sig"),
+                         target_pid=sent.struct.field("pid").cast(pl.Int64, strict=False)))
+        .when(failed.struct.field("code").is_not_null())
+        .then(json_attrs(exit_code=failed.struct.field("code").cast(pl.Int64, strict=False),
+                         local_rank=failed.struct.field("lr").cast(pl.Int64, strict=False),
+                         target_pid=failed.struct.field("pid").cast(pl.Int64, strict=False)))
+        .alias("attrs"),
+    ).with_columns(
+        # For agent lines the pid column names the worker acted on, so its rank is the worker's.
+        pl.when(pl.col("kind").is_in(["agent_signal", "agent_failure"])).then(pl.lit(None)).otherwise(pl.col("rank"))
+        .cast(pl.Int32).alias("rank")
+    )
+    last = (
+        own.filter(pl.col("ts").is_not_null() & pl.col("rank").is_not_null())
+        .group_by("rank")
+        .agg(pl.all().sort_by("line_no").last())
+        .select("rank", "ts", "line_no", "level", pl.col("src").alias("source"),
+                pl.lit("last_line").alias("kind"), pl.col("msg").str.slice(0, MAX_MESSAGE).alias("message"), "pid")
+    )
+    return pl.concat([conform("events", events.with_columns(pl.lit(source.name).alias("file"))),
+                      conform("events", last.with_columns(pl.lit(source.name).alias("file")))])
+
+
+def _version_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
+    """The first line per rank that names the version of torch, NCCL, CUDA or Python."""
+    candidates = own.filter(pl.col("msg").str.contains(r"(?i)version|torch=|Python v"))
+    parts = []
+    for component, pattern in _VERSION_PATTERNS.items():
+        found = candidates.with_columns(pl.col("msg").str.extract(pattern, 1).alias("version")).filter(
+            pl.col("version").is_not_null()
+        )
+        if found.height:
+            parts.append(
+                found.group_by("rank", maintain_order=True)
+                .first()
+                .select(
+                    "rank", pl.col("ts_ff").alias("ts"), "line_no", "level", "pid",
+                    pl.col("src").alias("source"),
+                    pl.lit("version").alias("kind"),
+                    pl.col("msg").str.slice(0, MAX_MESSAGE).alias("message"),
+                    json_attrs(component=pl.lit(component), version=pl.col("version")).alias("attrs"),
+                    pl.lit(source.name).alias("file"),
+                )
+            )
+    return pl.concat([conform("events", p) for p in parts]) if parts else frame("events")
+
+
+# ---------------------------------------------------------------- multi-line blocks
+
+
+def _rows(df: pl.DataFrame, columns=("pos", "line_no", "rank", "tee", "text", "ts", "ts_ff", "ts_bf", "pid")) -> list[dict]:
+    return df.select(columns).to_dicts()
+
+
+def _when(row: dict) -> tuple[datetime | None, dict]:
+    """A block's time, and attrs saying how sure it is.
+
+    Tracebacks and abort messages carry no timestamp: the time is that of the line before
+    (``ts_from``), and the next timestamped line bounds it (``ts_before``); the store
+    narrows it with the rank's other files.
+    """
+    if row["ts"] is not None:
+        return row["ts"], {}
+    return row["ts_ff"], {"ts_from": "previous line", "ts_before": row["ts_bf"]}
+
+
+def _parse_traceback(lines: list[dict]) -> tuple[list[dict], dict | None, int]:
+    """Frames and the exception line of a traceback that starts at lines[0].
+
+    Lines of other ranks (interleaved in a console) are skipped. Returns the frames
+    (outermost first), the exception line (or None when the block is cut off) and the
+    count of lines consumed.
+    """
+    start = lines[0]
+    base = len(start["text"]) - len(start["text"].lstrip())
+    frames: list[dict] = []
+    for i, row in enumerate(lines[1:TRACEBACK_MAX_LINES], start=1):
+        if row["rank"] != start["rank"] or row["tee"] != start["tee"]:
+            continue
+        text = row["text"]
+        stripped = text.strip()
+        indent = len(text) - len(text.lstrip())
+        if not stripped:
+            continue
+        if indent > base:
+            m = _FRAME.match(text)
+            if m:
+                frames.append({"file": m["file"], "line": int(m["line"]), "function": m["func"]})
+            continue
+        return frames, row, i
+    return frames, None, len(lines)
+
+
+def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+    starts = own.filter(pl.col("text").str.contains(_TRACEBACK_START, literal=True))
+    if starts.is_empty():
+        return
+    events, failures, stacks = [], [], []
+    for start in _rows(starts):
+        block = _rows(df.slice(start["pos"], TRACEBACK_MAX_LINES))
+        frames, last, _ = _parse_traceback(block)
+        if last is None:
+            continue
+        exc = _EXCEPTION.match(last["text"].strip())
+        exc_type = exc["type"] if exc else None
+        exc_msg = (exc["msg"] or "") if exc else last["text"].strip()
+        user = next((f for f in reversed(frames) if is_user_frame(f["file"])), None)
+        where = f"{user['file']}:{user['line']}" if user else None
+        ts, timing = _when(last)
+        common = {"rank": start["rank"], "ts": ts, "file": source.name, "pid": start["pid"]}
+        events.append({**common, "line_no": last["line_no"], "level": "E", "kind": "exception",
+                       "message": _short(last["text"].strip()),
+                       "attrs": _attrs(exception_type=exc_type, traceback_line=start["line_no"], user_frame=where,
+                                       user_function=user["function"] if user else None, frames=len(frames),
+                                       **timing)})
+        if start["rank"] is not None:
+            failures.append({**common, "line_no": last["line_no"], "exception_type": exc_type,
+                             "message": _short(exc_msg), "source": "traceback"})
+        for depth, f in enumerate(reversed(frames)):
+            stacks.append({"rank": start["rank"], "pid": start["pid"], "thread": "MainThread", "depth": depth,
+                           "function": f["function"], "file": f["file"], "line": f["line"],
+                           "source": "traceback", "origin": source.name, "origin_line": start["line_no"]})
+        if exc_type and exc_type.endswith("OutOfMemoryError") or "CUDA out of memory" in last["text"]:
+            figures = oom_figures(last["text"])
+            events.append({**common, "line_no": last["line_no"], "level": "E", "kind": "oom",
+                           "message": _short(last["text"].strip()), "attrs": _attrs(**figures, **timing)})
+    yield "events", frame("events", events)
+    yield "failures", frame("failures", failures)
+    yield "stacks", frame("stacks", stacks)
+
+
+def _torchrun_failures(own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+    """torchrun's ChildFailedError table: one failure per ``[rank]:`` entry."""
+    marked = own.filter(
+        pl.col("rank").is_null()
+        & (pl.col("text").str.contains(r"^\[\d+\]:$") | pl.col("text").str.contains(_TABLE_FIELD.pattern)
+           | pl.col("text").str.starts_with("Root Cause (first observed failure)"))
+    )
+    if marked.is_empty():
+        return
+    entries: list[dict] = []
+    first_observed = False
+    current: dict | None = None
+    for row in _rows(marked):
+        text = row["text"]
+        if text.startswith("Root Cause"):
+            first_observed = True
+            continue
+        entry = _TABLE_ENTRY.match(text)
+        if entry:
+            current = {"entry_rank": int(entry["rank"]), "line_no": row["line_no"], "first_observed": first_observed}
+            entries.append(current)
+            continue
+        field = _TABLE_FIELD.match(text)
+        if field and current is not None and row["line_no"] - current["line_no"] <= 10:
+            current.setdefault(field["key"], field["value"].strip())
+    events, failures = [], []
+    for e in entries:
+        if "exitcode" not in e:
+            continue
+        code = re.match(r"(-?\d+)(?: \(pid: (\d+)\))?", e["exitcode"])
+        rank = re.match(r"(\d+)(?: \(local_rank: (\d+)\))?", e.get("rank", ""))
+        try:
+            ts = datetime.strptime(e.get("time", ""), "%Y-%m-%d_%H:%M:%S")
+        except ValueError:
+            ts = None
+        exit_code = int(code[1]) if code else None
+        sig = signal_name(-exit_code) if exit_code is not None and exit_code < 0 else None
+        error_file = e.get("error_file")
+        row = {"rank": int(rank[1]) if rank else e["entry_rank"], "ts": ts, "exit_code": exit_code, "signal": sig,
+               "pid": int(code[2]) if code and code[2] else None, "host": e.get("host"), "source": "torchrun",
+               "message": _short(e.get("traceback")), "file": source.name, "line_no": e["line_no"]}
+        failures.append(row)
+        events.append({"rank": row["rank"], "ts": ts, "file": source.name, "line_no": e["line_no"], "level": "E",
+                       "kind": "torchrun_failure", "message": _short(e.get("traceback")), "pid": row["pid"],
+                       "attrs": _attrs(exit_code=exit_code, signal=sig, host=e.get("host"),
+                                       local_rank=int(rank[2]) if rank and rank[2] else None,
+                                       first_observed=e["first_observed"],
+                                       error_file=None if error_file in (None, "<N/A>") else error_file)})
+    yield "failures", frame("failures", failures)
+    yield "events", frame("events", events)
+
+
+def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+    """C++ ``terminate called`` blocks and Python faulthandler dumps."""
+    starts = own.filter(
+        pl.col("text").str.starts_with("terminate called after throwing")
+        | pl.col("text").str.starts_with("Fatal Python error:")
+    )
+    if starts.is_empty():
+        return
+    events, failures, stacks = [], [], []
+    for start in _rows(starts):
+        block = [r for r in _rows(df.slice(start["pos"], 200)) if r["rank"] == start["rank"]]
+        text = start["text"]
+        ts, timing = _when(start)
+        common = {"rank": start["rank"], "ts": ts, "file": source.name, "line_no": start["line_no"],
+                  "pid": start["pid"]}
+        if text.startswith("terminate called"):
+            m = re.search(r"instance of '([^']+)'", text)
+            what = next((r["text"].split("what():", 1)[1].strip() for r in block[1:40] if "what():" in r["text"]), None)
+            events.append({**common, "level": "F", "kind": "terminate", "message": _short(text),
+                           "attrs": _attrs(exception_type=m[1] if m else None, what=_short(what), **timing)})
+            failures.append({**common, "signal": "SIGABRT", "exception_type": m[1] if m else None,
+                             "message": _short(what or text), "source": "terminate"})
+            continue
+        reason = text.split(":", 1)[1].strip()
+        sig = _FATAL_SIGNALS.get(reason)
+        events.append({**common, "level": "F", "kind": "fatal", "message": _short(text),
+                       "attrs": _attrs(signal=sig, **timing)})
+        failures.append({**common, "signal": sig, "message": _short(reason), "source": "faulthandler"})
+        depth = 0
+        thread = None
+        for r in block[1:]:
+            if r["text"].startswith(("Current thread", "Thread 0x")):
+                if thread is not None:
+                    break  # only the crashing (first) thread
+                thread = r["text"].split(" (", 1)[0]
+                continue
+            m = _FAULTHANDLER_FRAME.match(r["text"])
+            if m and thread is not None:
+                stacks.append({"rank": start["rank"], "pid": start["pid"], "thread": thread, "depth": depth,
+                               "function": m["func"], "file": m["file"], "line": int(m["line"]),
+                               "source": "faulthandler", "origin": source.name, "origin_line": start["line_no"]})
+                depth += 1
+            elif thread is not None and r["text"].strip() and not r["text"].startswith(" "):
+                break
+    yield "events", frame("events", events)
+    yield "failures", frame("failures", failures)
+    yield "stacks", frame("stacks", stacks)
+
+
+def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+    """All runtime records in one chunk; ``df`` adds lookahead rows to ``own``."""
+    yield "events", _log_events(own, source)
+    yield "events", _version_events(own, source)
+    yield from _tracebacks(df, own, source)
+    yield from _torchrun_failures(own, source)
+    yield from _fatal_blocks(df, own, source)

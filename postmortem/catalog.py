@@ -1,0 +1,91 @@
+"""Signature files: loading and checking the TOML definitions in ``signatures/``.
+
+A signature is data: metadata, ``limits`` (what a match does not establish), DuckDB SQL
+evidence queries over the run's tables, and summary/remediation templates. The built-in
+ones ship inside the package; ``--signatures DIR`` adds a user's own. A file that does not
+load is reported with its reason and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .errors import PostmortemError
+
+SEVERITIES = ("info", "warning", "error", "critical")
+ROLES = ("root_cause", "symptom", "context")
+REQUIRED = ("id", "title", "severity", "role", "description")
+
+
+@dataclass
+class Signature:
+    id: str
+    title: str
+    severity: str
+    role: str
+    description: str
+    origin: str  # "built-in" or the user's file path
+    queries: list[str] = field(default_factory=list)
+    check: str | None = None
+    summary: str = ""
+    remediation: str = ""
+    limits: str = ""
+    references: list[str] = field(default_factory=list)
+    replay: str | None = None
+
+
+def parse_signature(text: str, origin: str) -> Signature:
+    """A Signature from a TOML document; raises ValueError saying what is wrong."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"not valid TOML: {exc}") from exc
+    missing = [k for k in REQUIRED if not isinstance(doc.get(k), str) or not doc[k].strip()]
+    if missing:
+        raise ValueError(f"missing or empty: {', '.join(missing)}")
+    if doc["severity"] not in SEVERITIES:
+        raise ValueError(f"severity must be one of {', '.join(SEVERITIES)}")
+    if doc["role"] not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}")
+    queries = doc.get("queries", [])
+    if isinstance(queries, str):
+        queries = [queries]
+    if not all(isinstance(q, str) for q in queries) or not (queries or doc.get("check")):
+        raise ValueError("needs `queries` (SQL strings) or a `check`")
+    return Signature(
+        id=doc["id"], title=doc["title"], severity=doc["severity"], role=doc["role"],
+        description=doc["description"], origin=origin, queries=list(queries), check=doc.get("check"),
+        summary=str(doc.get("summary", "")), remediation=str(doc.get("remediation", "")),
+        limits=str(doc.get("limits", "")), references=[str(r) for r in doc.get("references", [])],
+        replay=doc.get("replay"),
+    )
+
+
+def _builtin_files() -> list[tuple[str, str]]:
+    root = resources.files("postmortem.signatures")
+    return sorted((p.name, p.read_text(encoding="utf-8")) for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_all(extra: Path | None = None) -> tuple[list[Signature], list[tuple[str, str]]]:
+    """(signatures that loaded, [(file, why it did not)]); a user's file overrides a built-in id."""
+    loaded: dict[str, Signature] = {}
+    broken: list[tuple[str, str]] = []
+    for name, text in _builtin_files():
+        try:
+            sig = parse_signature(text, "built-in")
+            loaded[sig.id] = sig
+        except ValueError as exc:
+            broken.append((name, str(exc)))
+    if extra is not None:
+        if not extra.is_dir():
+            raise PostmortemError(f"--signatures: {extra} is not a directory")
+        for path in sorted(extra.glob("*.toml")):
+            try:
+                sig = parse_signature(path.read_text(encoding="utf-8", errors="replace"), str(path))
+                loaded[sig.id] = sig
+            except (ValueError, OSError) as exc:
+                broken.append((str(path), str(exc)))
+    return sorted(loaded.values(), key=lambda s: s.id), broken

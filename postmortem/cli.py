@@ -1,0 +1,234 @@
+"""The `postmortem` command: thin typer verbs over ``api``; the only module that prints."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import __version__, api, catalog, report
+from .errors import PostmortemError
+
+app = typer.Typer(
+    help="Read every rank's logs of a crashed, hung or slow PyTorch job and say what went wrong.\n\n"
+    "Example:  postmortem analyze ./job-logs/",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+out = Console()
+err = Console(stderr=True)
+
+DbOption = typer.Option(None, "--db", envvar="POSTMORTEM_DB",
+                        help="History database (default ~/.local/share/postmortem/history.duckdb).")
+QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+SEVERITIES = ("info", "warning", "error", "critical")
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"postmortem {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _progress(quiet: bool):
+    """A files-and-bytes progress bar on stderr, or None when quiet or not on a terminal."""
+    if quiet or not sys.stderr.isatty():
+        return None, None
+    bar = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   DownloadColumn(), TimeElapsedColumn(), console=err, transient=True)
+    files = bar.add_task("files", total=None)
+    data = bar.add_task("bytes", total=None)
+
+    def update(done_files, done_bytes, total_files, total_bytes, name):
+        bar.update(files, completed=done_files, total=total_files, description=f"files {name[-40:]}")
+        bar.update(data, completed=done_bytes, total=total_bytes, description="bytes")
+
+    return bar, update
+
+
+def _fail(exc: PostmortemError) -> None:
+    err.print(f"postmortem: {exc}", style="red", highlight=False)
+    raise typer.Exit(2)
+
+
+def _emit(rep: dict, fmt: str) -> None:
+    if fmt == "json":
+        sys.stdout.write(report.to_json(rep) + "\n")
+    elif fmt == "markdown":
+        sys.stdout.write(report.to_markdown(rep))
+    elif fmt == "text":
+        sys.stdout.write(report.to_text(rep))
+    else:
+        out.print(report.to_rich(rep))
+
+
+def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
+    if fmt not in allowed:
+        _fail(PostmortemError(f"--format must be one of {', '.join(allowed)}, not {fmt!r}."))
+
+
+def _exit_code(rep: dict, fail_on: str) -> int:
+    threshold = SEVERITIES.index(fail_on)
+    hit = any(SEVERITIES.index(f["severity"]) >= threshold for f in rep["findings"] if f["severity"] in SEVERITIES)
+    return 1 if hit else 0
+
+
+@app.command()
+def analyze(
+    directory: Path = typer.Argument(..., help="The job's log directory (every rank's logs, dumps, traces)."),
+    fmt: str = typer.Option("rich", "--format", "-f", help="rich, text, json or markdown."),
+    fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 if a finding is at least this severe."),
+    db: Optional[Path] = DbOption,
+    no_history: bool = typer.Option(False, "--no-history", help="Don't record the run in the history."),
+    quiet: bool = QuietOption,
+) -> None:
+    """Analyze a job's logs and print the verdict.
+
+    Example:  postmortem analyze ./job-logs/ --format json --quiet > verdict.json
+    """
+    _check_format(fmt, ("rich", "text", "json", "markdown"))
+    if fail_on not in SEVERITIES:
+        _fail(PostmortemError(f"--fail-on must be one of {', '.join(SEVERITIES)}."))
+    bar, update = _progress(quiet)
+    try:
+        if bar:
+            with bar:
+                rep = api.analyze(directory, db=db, progress=update, keep=not no_history)
+        else:
+            rep = api.analyze(directory, db=db, keep=not no_history)
+    except PostmortemError as exc:
+        _fail(exc)
+    _emit(rep, fmt)
+    raise typer.Exit(_exit_code(rep, fail_on))
+
+
+@app.command()
+def ingest(
+    directory: Path = typer.Argument(..., help="The job's log directory."),
+    db: Optional[Path] = DbOption,
+    quiet: bool = QuietOption,
+) -> None:
+    """Parse a job's logs into the history database without printing a verdict.
+
+    Example:  postmortem ingest ./job-logs/ && postmortem sql "select kind, count(*) from files group by kind"
+    """
+    bar, update = _progress(quiet)
+    try:
+        if bar:
+            with bar:
+                _, run_id, found = api.ingest(directory, db=db, progress=update)
+        else:
+            _, run_id, found = api.ingest(directory, db=db)
+    except PostmortemError as exc:
+        _fail(exc)
+    out.print(f"{run_id}: {len(found.sources)} files read, {len(found.skipped)} skipped")
+
+
+@app.command()
+def sql(
+    query: str = typer.Argument(..., help="SQL over the history tables (runs, files, events, failures, ...)."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
+    write: bool = typer.Option(False, "--write", help="Open the history for writing (default: read-only)."),
+    db: Optional[Path] = DbOption,
+) -> None:
+    """Query the run history with DuckDB SQL (read-only unless --write).
+
+    Example:  postmortem sql "select rank, count(*) from events group by rank"
+    """
+    _check_format(fmt, ("table", "csv", "json"))
+    try:
+        names, rows = api.query(query, db=db, write=write)
+    except PostmortemError as exc:
+        _fail(exc)
+    if fmt == "json":
+        sys.stdout.write(json.dumps([dict(zip(names, r)) for r in rows], default=str, indent=1) + "\n")
+    elif fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(names)
+        writer.writerows(rows)
+        sys.stdout.write(buf.getvalue())
+    else:
+        table = Table(*names)
+        for r in rows:
+            table.add_row(*("" if v is None else str(v) for v in r))
+        out.print(table)
+
+
+@app.command()
+def runs(
+    limit: int = typer.Option(50, "--limit", "-n", help="How many runs, newest first."),
+    db: Optional[Path] = DbOption,
+) -> None:
+    """List the runs in the history, newest first.
+
+    Example:  postmortem runs -n 10
+    """
+    try:
+        rows = api.runs(db=db, limit=limit)
+    except PostmortemError as exc:
+        _fail(exc)
+    table = Table("run", "analyzed at", "world", "verdict", "exit", "logs")
+    for r in rows:
+        table.add_row(r["run_id"], str(r["analyzed_at"])[:19], str(r["world_size"]), r["verdict"] or "",
+                      str(r["exit_status"]), r["source_dir"])
+    out.print(table)
+
+
+@app.command()
+def show(
+    run_id: str = typer.Argument(..., help="A run id from `postmortem runs` (a unique prefix is enough)."),
+    fmt: str = typer.Option("rich", "--format", "-f", help="rich, text, json or markdown."),
+    db: Optional[Path] = DbOption,
+) -> None:
+    """Print the report of a run already in the history.
+
+    Example:  postmortem show 20261129-133442 --format markdown
+    """
+    _check_format(fmt, ("rich", "text", "json", "markdown"))
+    try:
+        rep = api.show(run_id, db=db)
+    except PostmortemError as exc:
+        _fail(exc)
+    _emit(rep, fmt)
+
+
+@app.command(name="signatures")
+def list_signatures(
+    extra: Optional[Path] = typer.Option(None, "--signatures", help="A directory of your own signature files."),
+) -> None:
+    """List the failure signatures the analyzer knows.
+
+    Example:  postmortem signatures --signatures ./my-signatures/
+    """
+    try:
+        found, broken = catalog.load_all(extra)
+    except PostmortemError as exc:
+        _fail(exc)
+    table = Table("id", "severity", "role", "title", "from")
+    for s in found:
+        table.add_row(s.id, s.severity, s.role, s.title, s.origin)
+    out.print(table)
+    for path, why in broken:
+        err.print(f"skipped {path}: {why}", style="yellow", highlight=False)
+
+
+def main() -> None:
+    app()

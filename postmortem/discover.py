@@ -1,0 +1,192 @@
+"""Which files a log directory holds, what each one is, and which rank it speaks for.
+
+Files are classified by content (the parsers' sniffers over the first 64 KiB, gunzipped
+when gzip), not by name. A file's rank comes from, in order: the single ``[rankN]:`` prefix
+its lines carry; torchrun's ``attempt_N/<local_rank>/`` layout; its name (``rank3.log``,
+``nccl_trace_rank_3``, ``*_rank_3_*``). torchrun's console holds every rank's lines under
+``[defaultN]:`` prefixes: it gets no rank, and its lines are split by prefix when parsed.
+
+Nothing here raises for a bad file: it is recorded with the reason it was skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from postmortem.parsers import FILE_PARSERS
+from postmortem.parsers.lines import open_binary
+from postmortem.parsers.source import Source
+
+from .errors import PostmortemError
+
+HEAD_BYTES = 64 << 10
+
+_RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:", re.M)
+_TEE_PREFIX = re.compile(rb"^\[([A-Za-z_]+?)(\d+)\]:", re.M)
+_TORCHRUN_LAYOUT = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log(?:\.gz)?$|(?:^|/)attempt_\d+/(\d+)/error\.json$")
+_NAME_RANK = re.compile(r"(?i)(?:^|[^a-z])rank[_-]?(\d+)(?!\d)")
+_FULL_DATE = re.compile(rb"\b(20\d\d)-(\d\d)-(\d\d)[ _T]\d\d:\d\d:\d\d")
+
+# Formats this version recognises but does not read yet: recorded as skipped, by name.
+_RECOGNISED_ONLY = {
+    "pickle": lambda head: head[:1] == b"\x80",
+    "kineto_trace": lambda head: head.lstrip()[:1] == b"{" and (b'"traceEvents"' in head or b'"schemaVersion"' in head),
+    "torch_trace": lambda head: re.match(rb"^[IWEV]\d{4} [\d:.]+ \d+ \S+:\d+\] \{\"", head) is not None,
+    "pyspy_text": lambda head: re.match(rb"^Process \d+: ", head) is not None and b"Python v" in head[:2000],
+    "pyspy_json": lambda head: head.lstrip()[:1] == b"[" and b'"thread_id"' in head and b'"frames"' in head,
+}
+
+
+@dataclass
+class Discovery:
+    root: Path
+    sources: list[Source] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)  # rows for the files table
+    year: int = 1970
+    total_bytes: int = 0
+    fingerprint: str = ""
+
+
+def walk(root: Path, skipped: list[dict]) -> list[tuple[Path, os.stat_result]]:
+    """Every regular file under root, following symlinks but never into a loop."""
+    found: list[tuple[Path, os.stat_result]] = []
+    seen_dirs: set[tuple[int, int]] = set()
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        try:
+            st = directory.stat()
+        except OSError as exc:
+            skipped.append(_skip(root, directory, "unreadable", f"cannot stat directory: {exc.strerror}"))
+            continue
+        if (st.st_dev, st.st_ino) in seen_dirs:
+            continue  # a symlink loop, or a second link to a directory already read
+        seen_dirs.add((st.st_dev, st.st_ino))
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            skipped.append(_skip(root, directory, "unreadable", f"cannot list directory: {exc.strerror}"))
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            try:
+                st = entry.stat(follow_symlinks=True)
+            except OSError as exc:
+                skipped.append(_skip(root, path, "unreadable", f"cannot stat: {exc.strerror or exc}"))
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(path)
+            elif stat.S_ISREG(st.st_mode):
+                found.append((path, st))
+            else:
+                skipped.append(_skip(root, path, "special", "not a regular file (pipe, socket or device)"))
+    return sorted(found, key=lambda item: str(item[0]))
+
+
+def _rel(root: Path, path: Path) -> str:
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _skip(root: Path, path: Path, kind: str, reason: str, size: int | None = None, rank: int | None = None) -> dict:
+    return {"path": _rel(root, path), "kind": kind, "rank": rank, "bytes": size, "lines": None,
+            "parser": None, "status": "skipped", "error": reason}
+
+
+def read_head(path: Path) -> bytes:
+    with open_binary(path) as fh:
+        return fh.read(HEAD_BYTES)
+
+
+def rank_from_name(rel: str) -> int | None:
+    layout = _TORCHRUN_LAYOUT.search(rel)
+    if layout:
+        return int(layout[1] or layout[2])
+    for part in reversed(rel.split("/")):
+        m = _NAME_RANK.search(part)
+        if m:
+            return int(m[1])
+    return None
+
+
+def rank_from_content(head: bytes) -> tuple[int | None, bool]:
+    """(the one rank the lines' prefixes name, whether the file is a torchrun console)."""
+    tee = {int(n) for word, n in _TEE_PREFIX.findall(head) if word != b"rank"}
+    if tee:
+        return (next(iter(tee)) if len(tee) == 1 else None), True
+    ranks = {int(n) for n in _RANK_PREFIX.findall(head)}
+    return (next(iter(ranks)) if len(ranks) == 1 else None), False
+
+
+def classify(head: bytes, name: str) -> str | None:
+    for kind, sniff in _RECOGNISED_ONLY.items():
+        if sniff(head):
+            return kind
+    for parser in FILE_PARSERS:
+        if parser.sniff(head, name):
+            return parser.KIND
+    return None
+
+
+def discover(root: Path) -> Discovery:
+    root = Path(root)
+    if not root.exists():
+        raise PostmortemError(f"No such directory: {root}")
+    if not root.is_dir():
+        raise PostmortemError(f"Not a directory: {root} (give the job's log directory)")
+    found = Discovery(root=root.resolve())
+    files = walk(found.root, found.skipped)
+    digest = hashlib.sha256()
+    consoles: list[Source] = []
+    dedicated: set[int] = set()
+    dated: list[int] = []
+    undated: list[int] = []
+    for path, st in files:
+        rel = _rel(found.root, path)
+        digest.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        found.total_bytes += st.st_size
+        if st.st_size == 0:
+            found.skipped.append(_skip(found.root, path, "empty", "empty file", 0))
+            continue
+        try:
+            head = read_head(path)
+        except (OSError, EOFError) as exc:
+            found.skipped.append(_skip(found.root, path, "unreadable", f"cannot read: {exc}", st.st_size))
+            continue
+        kind = classify(head, path.name)
+        if kind is None:
+            found.skipped.append(_skip(found.root, path, "binary", "binary data of no known format", st.st_size,
+                                       rank_from_name(rel)))
+            continue
+        if kind in _RECOGNISED_ONLY:
+            found.skipped.append(_skip(found.root, path, kind, f"{kind} files are not read by this version",
+                                       st.st_size, rank_from_name(rel)))
+            continue
+        rank, console = rank_from_content(head) if kind == "text_log" else (None, False)
+        if rank is None and not console:
+            rank = rank_from_name(rel)
+        source = Source(path=path, name=rel, kind=kind, rank=rank, bytes=st.st_size)
+        found.sources.append(source)
+        if console:
+            consoles.append(source)
+        elif rank is not None and kind == "text_log":
+            dedicated.add(rank)
+        date = _FULL_DATE.search(head)
+        (dated if date else undated).append(int(date[1]) if date else datetime.fromtimestamp(st.st_mtime).year)
+    # A date printed in a log beats a file's mtime, which copying the logs resets.
+    found.year = min(dated or undated or [datetime.now().year])
+    for source in found.sources:
+        source.year = found.year
+    for console in consoles:
+        console.tee_ranks_elsewhere = frozenset(dedicated)
+    found.fingerprint = digest.hexdigest()[:16]
+    return found

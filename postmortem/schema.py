@@ -1,0 +1,222 @@
+"""The tables of a run, declared once.
+
+Every other module derives what it needs from ``TABLES``: the store its DDL, parsers the
+Polars schema of the frames they yield, the docs the column list. Each table has
+``run_id`` as its first column; parsers never fill it (the store does).
+
+Units live in the docs here: ``ts``/``t_*`` are UTC timestamps with microsecond
+precision, ``allocated``/``reserved`` are bytes, ``dur`` is microseconds.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# The schema version of the history database. Bump it and add a step to
+# ``store.MIGRATIONS`` whenever a table below changes.
+SCHEMA_VERSION = 1
+
+# name -> [(column, DuckDB type, description)]
+TABLES: dict[str, list[tuple[str, str, str]]] = {
+    "runs": [
+        ("run_id", "VARCHAR", "id of the analysis"),
+        ("source_dir", "VARCHAR", "the log directory analyzed"),
+        ("analyzed_at", "TIMESTAMP", "when the analysis ran (UTC)"),
+        ("job_id", "VARCHAR", "scheduler or torchelastic job id, when known"),
+        ("world_size", "INTEGER", "ranks in the job (from the logs)"),
+        ("ranks_seen", "INTEGER[]", "ranks some file spoke for"),
+        ("hosts", "VARCHAR[]", "hosts seen"),
+        ("torch_version", "VARCHAR", ""),
+        ("nccl_version", "VARCHAR", ""),
+        ("cuda_version", "VARCHAR", ""),
+        ("python_version", "VARCHAR", ""),
+        ("started_at", "TIMESTAMP", "first timestamp in the logs"),
+        ("ended_at", "TIMESTAMP", "last timestamp in the logs"),
+        ("verdict", "VARCHAR", "signature id of the root cause, if any"),
+        ("exit_status", "INTEGER", "the CLI exit code for this analysis"),
+        ("fingerprint", "VARCHAR", "hash of the input files' names, sizes and mtimes"),
+    ],
+    "files": [
+        ("run_id", "VARCHAR", ""),
+        ("path", "VARCHAR", "path relative to the source directory"),
+        ("kind", "VARCHAR", "what discovery sniffed: text_log, flight_recorder, ..."),
+        ("rank", "INTEGER", "rank the file speaks for; NULL for mixed or unknown"),
+        ("bytes", "BIGINT", "size on disk"),
+        ("lines", "BIGINT", "lines read (text files)"),
+        ("parser", "VARCHAR", "parser modules that read it"),
+        ("status", "VARCHAR", "parsed, partial, skipped"),
+        ("error", "VARCHAR", "why it was skipped or what was wrong with it"),
+    ],
+    "events": [
+        ("run_id", "VARCHAR", ""),
+        ("rank", "INTEGER", ""),
+        ("ts", "TIMESTAMP", "UTC"),
+        ("file", "VARCHAR", ""),
+        ("line_no", "BIGINT", "1-based line in file"),
+        ("level", "VARCHAR", "I, W, E, F, V, D"),
+        ("source", "VARCHAR", "the emitting code location, e.g. ProcessGroupNCCL.cpp:689"),
+        ("kind", "VARCHAR", "log, exception, signal, oom, terminate, version, last_line, ..."),
+        ("message", "VARCHAR", ""),
+        ("pid", "INTEGER", ""),
+        ("attrs", "JSON", "kind-specific fields"),
+    ],
+    "compiles": [
+        ("run_id", "VARCHAR", ""),
+        ("rank", "INTEGER", ""),
+        ("ts", "TIMESTAMP", ""),
+        ("frame_id", "INTEGER", ""),
+        ("attempt", "VARCHAR", "the compile id, e.g. 0/3"),
+        ("function", "VARCHAR", ""),
+        ("code_file", "VARCHAR", ""),
+        ("code_line", "INTEGER", ""),
+        ("event", "VARCHAR", "compile, recompile, graph_break, limit_hit, failure"),
+        ("reason", "VARCHAR", ""),
+        ("reason_class", "VARCHAR", "shape, python_scalar, dtype, type_id, global_state, other"),
+        ("file", "VARCHAR", ""),
+        ("line_no", "BIGINT", ""),
+    ],
+    "collectives": [
+        ("run_id", "VARCHAR", ""),
+        ("rank", "INTEGER", ""),
+        ("source", "VARCHAR", "flight_recorder, nccl_log, watchdog, detail, profiler"),
+        ("pg", "VARCHAR", ""),
+        ("seq_id", "BIGINT", ""),
+        ("op", "VARCHAR", ""),
+        ("numel_in", "BIGINT", ""),
+        ("numel_out", "BIGINT", ""),
+        ("sizes", "VARCHAR", "input/output sizes as JSON"),
+        ("dtypes", "VARCHAR", ""),
+        ("state", "VARCHAR", "scheduled, started, completed, timed_out"),
+        ("t_created", "TIMESTAMP", ""),
+        ("t_started", "TIMESTAMP", ""),
+        ("t_completed", "TIMESTAMP", ""),
+        ("timeout_ms", "BIGINT", ""),
+        ("file", "VARCHAR", ""),
+        ("line_no", "BIGINT", ""),
+    ],
+    "rank_status": [
+        ("run_id", "VARCHAR", ""),
+        ("rank", "INTEGER", ""),
+        ("pg", "VARCHAR", ""),
+        ("last_enqueued", "BIGINT", ""),
+        ("last_started", "BIGINT", ""),
+        ("last_completed", "BIGINT", ""),
+        ("timed_out_seq", "BIGINT", ""),
+        ("source", "VARCHAR", ""),
+        ("file", "VARCHAR", ""),
+        ("line_no", "BIGINT", ""),
+    ],
+    "stacks": [
+        ("run_id", "VARCHAR", ""),
+        ("rank", "INTEGER", ""),
+        ("pid", "INTEGER", ""),
+        ("thread", "VARCHAR", ""),
+        ("thread_state", "VARCHAR", "idle, active, active+gil, ..."),
+        ("depth", "INTEGER", "0 = innermost frame"),
+        ("function", "VARCHAR", ""),
+        ("file", "VARCHAR", "source file of the frame"),
+        ("line", "INTEGER", ""),
+        ("source", "VARCHAR", "pyspy, traceback, flight_recorder, faulthandler"),
+        ("origin", "VARCHAR", "the log file the stack came from"),
+        ("origin_line", "BIGINT", "line in that file where the stack starts"),
+    ],
+    "memory": [
+        ("run_id", "VARCHAR", ""),
+        ("rank", "INTEGER", ""),
+        ("ts", "TIMESTAMP", ""),
+        ("step", "BIGINT", ""),
+        ("allocated", "BIGINT", "bytes"),
+        ("reserved", "BIGINT", "bytes"),
+        ("source", "VARCHAR", "profiler, log, snapshot, oom"),
+        ("file", "VARCHAR", ""),
+        ("line_no", "BIGINT", ""),
+    ],
+    "kernels": [
+        ("run_id", "VARCHAR", ""),
+        ("rank", "INTEGER", ""),
+        ("ts", "TIMESTAMP", ""),
+        ("dur", "BIGINT", "microseconds"),
+        ("name", "VARCHAR", ""),
+        ("category", "VARCHAR", "nccl, compute, memcpy, memset"),
+        ("stream", "INTEGER", ""),
+    ],
+    "failures": [
+        ("run_id", "VARCHAR", ""),
+        ("rank", "INTEGER", ""),
+        ("ts", "TIMESTAMP", ""),
+        ("exit_code", "INTEGER", ""),
+        ("signal", "VARCHAR", "e.g. SIGKILL"),
+        ("exception_type", "VARCHAR", ""),
+        ("message", "VARCHAR", ""),
+        ("pid", "INTEGER", ""),
+        ("host", "VARCHAR", ""),
+        ("source", "VARCHAR", "torchrun, error_file, traceback, signal, oom, terminate"),
+        ("file", "VARCHAR", ""),
+        ("line_no", "BIGINT", ""),
+    ],
+    "findings": [
+        ("run_id", "VARCHAR", ""),
+        ("signature", "VARCHAR", ""),
+        ("role", "VARCHAR", "root_cause, symptom, context, confirmation"),
+        ("severity", "VARCHAR", "critical, error, warning, info"),
+        ("confidence", "DOUBLE", "0..1"),
+        ("ranks", "INTEGER[]", ""),
+        ("summary", "VARCHAR", ""),
+        ("evidence", "JSON", "[{rank, file, line, ts, text}]"),
+        ("remediation", "VARCHAR", ""),
+    ],
+}
+
+_POLARS_TYPES = {
+    "VARCHAR": pl.String,
+    "JSON": pl.String,
+    "INTEGER": pl.Int32,
+    "BIGINT": pl.Int64,
+    "DOUBLE": pl.Float64,
+    "TIMESTAMP": pl.Datetime("us"),
+    "INTEGER[]": pl.List(pl.Int32),
+    "VARCHAR[]": pl.List(pl.String),
+}
+
+
+def columns(table: str) -> list[str]:
+    """The columns a parser fills for ``table`` (all but run_id)."""
+    return [name for name, _, _ in TABLES[table] if name != "run_id"]
+
+
+def polars_schema(table: str) -> dict[str, pl.DataType]:
+    """The Polars schema of the frames parsers yield for ``table``."""
+    return {name: _POLARS_TYPES[typ] for name, typ, _ in TABLES[table] if name != "run_id"}
+
+
+def frame(table: str, rows: list[dict] | None = None) -> pl.DataFrame:
+    """A frame for ``table`` from a few row dicts; missing columns are NULL.
+
+    For the small, rare records (a torchrun failure table, a traceback); hot paths build
+    frames with expressions and pass them through ``conform``.
+    """
+    schema = polars_schema(table)
+    if not rows:
+        return pl.DataFrame(schema=schema)
+    return pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema, strict=False)
+
+
+def conform(table: str, df: pl.DataFrame) -> pl.DataFrame:
+    """Select, cast and order ``df``'s columns to ``table``'s; add missing ones as NULL."""
+    schema = polars_schema(table)
+    return df.select(
+        [
+            (pl.col(c) if c in df.columns else pl.lit(None)).cast(t, strict=False).alias(c)
+            for c, t in schema.items()
+        ]
+    )
+
+
+def ddl(table: str) -> str:
+    cols = ", ".join(f'"{name}" {typ}' for name, typ, _ in TABLES[table])
+    return f"CREATE TABLE IF NOT EXISTS {table} ({cols})"
+
+
+def json_attrs(**fields: pl.Expr) -> pl.Expr:
+    """An ``attrs`` JSON string built from expressions, one key per field."""
+    return pl.struct(**fields).struct.json_encode()

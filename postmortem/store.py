@@ -1,0 +1,143 @@
+"""The DuckDB side: the tables of a run, and the history database they land in.
+
+A run is parsed into an in-memory *staging* database (one per analysis), analyzed there,
+then copied into the history file in a single transaction. The history file is locked
+only for that copy, so analyses running side by side wait for each other briefly
+instead of failing, and a crash mid-ingest leaves no half run behind.
+
+This is the only module that writes a database.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from .errors import PostmortemError
+from .schema import SCHEMA_VERSION, TABLES, ddl
+
+DEFAULT_DB = Path("~/.local/share/postmortem/history.duckdb")
+LOCK_WAIT_S = 120.0
+
+# version -> statements that bring a database from version-1 to it. Version 1 is the
+# first schema; later versions append ALTER/CREATE steps here and never edit old ones.
+MIGRATIONS: dict[int, list[str]] = {1: [ddl(t) for t in TABLES]}
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get("POSTMORTEM_DB") or DEFAULT_DB).expanduser()
+
+
+def staging() -> duckdb.DuckDBPyConnection:
+    """An in-memory database with every table of the schema, empty."""
+    con = duckdb.connect()
+    for table in TABLES:
+        con.execute(ddl(table))
+    return con
+
+
+def append(con: duckdb.DuckDBPyConnection, table: str, run_id: str, df: pl.DataFrame) -> None:
+    """Append a parser's frame (columns per schema, no run_id) to ``table``."""
+    if df.height == 0:
+        return
+    con.register("_incoming", df)
+    try:
+        con.execute(f"INSERT INTO {table} SELECT ? AS run_id, * FROM _incoming", [run_id])
+    finally:
+        con.unregister("_incoming")
+
+
+def _schema_version(con: duckdb.DuckDBPyConnection, catalog: str) -> int:
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = 'schema_version'",
+        [catalog],
+    ).fetchone()[0]
+    if not exists:
+        return 0
+    return con.execute(f"SELECT coalesce(max(version), 0) FROM {catalog}.schema_version").fetchone()[0]
+
+
+def migrate(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
+    """Bring the attached database ``catalog`` up to SCHEMA_VERSION."""
+    current = _schema_version(con, catalog)
+    if current > SCHEMA_VERSION:
+        raise PostmortemError(
+            f"The history database was written by a newer postmortem (schema {current}, this one knows "
+            f"{SCHEMA_VERSION}); upgrade postmortem or use another --db."
+        )
+    if current == SCHEMA_VERSION:
+        return
+    previous = con.execute("SELECT current_database()").fetchone()[0]
+    con.execute(f"USE {catalog}")
+    try:
+        con.execute("BEGIN TRANSACTION")
+        con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, applied_at TIMESTAMP)")
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version]:
+                con.execute(statement)
+            con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, _now()])
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        con.execute(f"USE {previous}")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _retry_locked(action, what: str, wait_s: float):
+    """Run ``action`` until the history file's lock is free, for at most ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.05
+    while True:
+        try:
+            return action()
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise PostmortemError(f"Could not open the history database {what}: {exc}") from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def persist(con: duckdb.DuckDBPyConnection, db_path: Path, run_id: str, wait_s: float = LOCK_WAIT_S) -> None:
+    """Copy run ``run_id`` from the staging database into the history file, atomically."""
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    quoted = str(db_path).replace("'", "''")
+    _retry_locked(lambda: con.execute(f"ATTACH '{quoted}' AS history"), str(db_path), wait_s)
+    try:
+        migrate(con, "history")
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for table in TABLES:
+                con.execute(f"INSERT INTO history.{table} SELECT * FROM memory.{table} WHERE run_id = ?", [run_id])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        con.execute("DETACH history")
+
+
+def open_history(db_path: Path, write: bool = False, wait_s: float = LOCK_WAIT_S) -> duckdb.DuckDBPyConnection:
+    """A connection to the history file; read-only unless ``write``."""
+    if not db_path.exists():
+        if not write:
+            raise PostmortemError(
+                f"No history database at {db_path} yet: run `postmortem analyze DIR` first, or pass --db."
+            )
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+    con = _retry_locked(lambda: duckdb.connect(str(db_path), read_only=not write), str(db_path), wait_s)
+    catalog = con.execute("SELECT current_database()").fetchone()[0]
+    if write:
+        migrate(con, catalog)
+    elif _schema_version(con, catalog) > SCHEMA_VERSION:
+        raise PostmortemError(f"The history database {db_path} was written by a newer postmortem; upgrade it.")
+    return con

@@ -1,0 +1,331 @@
+"""Run-level facts and the report dict, computed from a run's tables.
+
+Everything here reads tables (SQL over a connection holding the run), so a report built
+right after ingest and one rebuilt later from history (`postmortem show`) are the same.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from datetime import datetime, timezone
+
+import duckdb
+import polars as pl
+
+from . import __version__
+from .schema import frame
+
+REPORT_SCHEMA = "postmortem.report/1"
+
+
+def files_frame(rows: list[dict]) -> pl.DataFrame:
+    return frame("files", rows)
+
+
+def runs_frame(run: dict) -> pl.DataFrame:
+    return frame("runs", [run])
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> list[dict]:
+    cur = con.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def attribute_ranks_by_pid(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Give rank-less rows the rank of their pid, where exactly one rank is known for it.
+
+    torchrun's agent names workers by pid ("Sending process 3641 closing signal SIGTERM"),
+    and NCCL headers carry pids: the failure table and the ranks' own files tie pids to ranks.
+    """
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE pid_rank AS
+        SELECT pid, any_value(rank) AS rank FROM (
+            SELECT pid, rank FROM failures WHERE run_id = $1
+            UNION ALL SELECT pid, rank FROM events WHERE run_id = $1 AND kind NOT IN ('agent_signal', 'agent_failure')
+            UNION ALL SELECT pid, rank FROM stacks WHERE run_id = $1
+        ) WHERE pid IS NOT NULL AND rank IS NOT NULL
+        GROUP BY pid HAVING count(DISTINCT rank) = 1
+        """,
+        [run_id],
+    )
+    for table in ("events", "failures", "stacks"):
+        con.execute(
+            f"UPDATE {table} SET rank = p.rank FROM pid_rank p "
+            f"WHERE {table}.run_id = $1 AND {table}.rank IS NULL AND {table}.pid = p.pid",
+            [run_id],
+        )
+
+
+def refine_untimed(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Move untimed records (tracebacks, aborts) to the latest time their rank was seen alive.
+
+    A traceback in stderr.log inherits the time of stderr's previous line, which can be
+    long before the rank's last step logged in stdout.log. The rank's latest timed record
+    in any file, up to the next timestamp after the block in its own file, is closer.
+    """
+    con.execute(
+        """
+        UPDATE events SET ts = b.best FROM (
+            SELECT e.file, e.line_no, e.rank, max(x.ts) AS best
+            FROM events e JOIN events x ON x.run_id = e.run_id AND x.rank = e.rank
+            WHERE e.run_id = $1 AND e.attrs->>'ts_from' IS NOT NULL AND x.ts IS NOT NULL
+              AND x.attrs->>'ts_from' IS NULL
+              AND x.kind NOT IN ('agent_signal', 'agent_failure', 'torchrun_failure')
+              AND (e.attrs->>'ts_before' IS NULL OR x.ts < CAST(e.attrs->>'ts_before' AS TIMESTAMP))
+            GROUP BY ALL
+        ) b
+        WHERE events.run_id = $1 AND events.file = b.file AND events.line_no = b.line_no
+          AND events.rank = b.rank AND events.attrs->>'ts_from' IS NOT NULL
+          AND (events.ts IS NULL OR b.best > events.ts)
+        """,
+        [run_id],
+    )
+    con.execute(
+        """
+        UPDATE failures SET ts = e.ts FROM events e
+        WHERE failures.run_id = $1 AND e.run_id = $1 AND failures.file = e.file AND failures.line_no = e.line_no
+          AND e.kind IN ('exception', 'terminate', 'fatal') AND failures.source <> 'torchrun'
+        """,
+        [run_id],
+    )
+
+
+def _versions(con, run_id) -> dict[str, str]:
+    rows = con.execute(
+        "SELECT attrs->>'component', attrs->>'version' FROM events WHERE run_id = ? AND kind = 'version'", [run_id]
+    ).fetchall()
+    found: dict[str, Counter] = {}
+    for component, version in rows:
+        found.setdefault(component, Counter())[version] += 1
+    return {c: counts.most_common(1)[0][0] for c, counts in found.items()}
+
+
+def run_facts(con: duckdb.DuckDBPyConnection, run_id: str, found) -> dict:
+    ranks = [r[0] for r in con.execute(
+        """
+        SELECT DISTINCT rank FROM (
+            SELECT rank FROM files WHERE run_id = $1 UNION ALL SELECT rank FROM events WHERE run_id = $1
+            UNION ALL SELECT rank FROM failures WHERE run_id = $1
+        ) WHERE rank IS NOT NULL ORDER BY rank
+        """, [run_id]).fetchall()]
+    sizes = con.execute(
+        """
+        SELECT max(TRY_CAST(attrs->>'size' AS INTEGER)) FILTER (kind = 'pg_init'),
+               max(TRY_CAST(attrs->>'nranks' AS INTEGER)) FILTER (kind = 'nccl_init')
+        FROM events WHERE run_id = ?
+        """, [run_id]).fetchone()
+    world = max([s for s in sizes if s] + [max(ranks) + 1 if ranks else 0]) or None
+    # NCCL's headers name the host as the worker saw it; torchrun's table only as the agent
+    # resolved it ("localhost"), so it counts only when NCCL said nothing.
+    hosts = sorted({h for (h,) in con.execute(
+        "SELECT attrs->>'host' FROM events WHERE run_id = ? AND kind LIKE 'nccl%' AND attrs->>'host' IS NOT NULL",
+        [run_id]).fetchall()}
+        or {h for (h,) in con.execute(
+            "SELECT host FROM failures WHERE run_id = ? AND host IS NOT NULL", [run_id]).fetchall()})
+    span = con.execute("SELECT min(ts), max(ts) FROM events WHERE run_id = ?", [run_id]).fetchone()
+    versions = _versions(con, run_id)
+    return {
+        "run_id": run_id,
+        "source_dir": str(found.root),
+        "analyzed_at": datetime.now(timezone.utc).replace(tzinfo=None),
+        "job_id": None,
+        "world_size": world,
+        "ranks_seen": ranks,
+        "hosts": hosts,
+        "torch_version": versions.get("torch"),
+        "nccl_version": versions.get("nccl"),
+        "cuda_version": versions.get("cuda"),
+        "python_version": versions.get("python"),
+        "started_at": span[0],
+        "ended_at": span[1],
+        "verdict": None,
+        "exit_status": 0,
+        "fingerprint": found.fingerprint,
+    }
+
+
+def _iso(ts) -> str | None:
+    return ts.isoformat(sep=" ") if ts is not None else None
+
+
+def rank_endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    """How and when each rank ended, first to end first.
+
+    The time is the rank's own: its fatal error, the agent's signal to it, or its last
+    sign of life for a rank killed without a word (SIGKILL). torchrun's "first observed
+    failure" is when the agent noticed, which can name the wrong rank first.
+    """
+    ranks = [r[0] for r in con.execute("SELECT unnest(ranks_seen) FROM runs WHERE run_id = ?", [run_id]).fetchall()]
+    table = {r["rank"]: r for r in _rows(con, "SELECT * FROM failures WHERE run_id = ? AND source = 'torchrun'",
+                                         [run_id])}
+    own = _rows(con, """
+        SELECT f.rank, f.ts, f.source, f.exception_type, f.signal, f.message, f.file, f.line_no,
+               e.attrs->>'ts_from' IS NOT NULL AS ts_inferred, CAST(e.attrs->>'ts_before' AS TIMESTAMP) AS ts_before
+        FROM failures f LEFT JOIN events e ON e.run_id = f.run_id AND e.file = f.file AND e.line_no = f.line_no
+             AND e.kind IN ('exception', 'terminate', 'fatal')
+        WHERE f.run_id = ? AND f.source <> 'torchrun' AND f.rank IS NOT NULL
+        ORDER BY f.ts NULLS LAST, f.line_no""", [run_id])
+    agent = _rows(con, """
+        SELECT rank, ts, attrs->>'signal' AS signal, file, line_no, message FROM events
+        WHERE run_id = ? AND kind = 'agent_signal' AND rank IS NOT NULL ORDER BY ts""", [run_id])
+    last = _rows(con, """
+        SELECT rank, arg_max(ts, ts) AS ts, arg_max(file, ts) AS file, arg_max(line_no, ts) AS line_no,
+               arg_max(message, ts) AS message
+        FROM events WHERE run_id = ? AND rank IS NOT NULL AND ts IS NOT NULL
+          AND kind NOT IN ('torchrun_failure', 'agent_signal', 'agent_failure') GROUP BY rank""", [run_id])
+    first_error = _rows(con, """
+        SELECT rank, arg_min(ts, ts) AS ts, arg_min(file, ts) AS file, arg_min(line_no, ts) AS line_no,
+               arg_min(message, ts) AS message
+        FROM events WHERE run_id = ? AND rank IS NOT NULL AND level IN ('E', 'F') AND ts IS NOT NULL
+          AND kind NOT IN ('torchrun_failure', 'agent_signal', 'agent_failure') GROUP BY rank""", [run_id])
+    last_by_rank = {r["rank"]: r for r in last}
+    error_by_rank = {r["rank"]: r for r in first_error}
+    endings = []
+    for rank in ranks:
+        inferred, upper, victim = False, None, False
+        exit_row = table.get(rank)
+        mine = [f for f in own if f["rank"] == rank]
+        signalled = next((a for a in agent if a["rank"] == rank), None)
+        fatal = next((f for f in mine if f["source"] in ("terminate", "faulthandler")), None)
+        exc = mine[-1] if mine else None
+        signal = exit_row["signal"] if exit_row else (fatal["signal"] if fatal else None)
+        exit_code = exit_row["exit_code"] if exit_row else None
+        own_end = fatal or exc
+        if own_end:
+            cause = own_end["message"]
+            if own_end["exception_type"]:
+                cause = f"{own_end['exception_type']}: {cause}"
+            if signalled:
+                how = f"{cause} (then {signalled['signal']} from torchrun while exiting)"
+            elif signal:
+                how = f"{signal} after {cause}"
+            elif exit_code is not None:
+                how = f"exit {exit_code} after {cause}"
+            else:
+                how = cause
+            when, evidence = own_end["ts"], own_end
+            inferred, upper = bool(own_end["ts_inferred"]), own_end["ts_before"]
+            victim = bool(_PEER_CAUSED.search(cause or ""))
+        elif signalled:
+            how = f"{signalled['signal']} from torchrun (torn down after another rank failed)"
+            when, evidence, signal = signalled["ts"], signalled, signal or signalled["signal"]
+            victim = True  # the agent tears a rank down because another one ended
+        elif signal:
+            alive = last_by_rank.get(rank)
+            how = f"{signal} with no message (killed from outside; last sign of life shown)"
+            when, evidence = (alive["ts"] if alive else exit_row["ts"]), (alive or exit_row)
+        elif exit_code is not None:
+            how, when, evidence = f"exit {exit_code}", exit_row["ts"], exit_row
+        else:
+            alive = last_by_rank.get(rank)
+            how, when, evidence = "no failure recorded", (alive["ts"] if alive else None), alive
+        endings.append({
+            "rank": rank,
+            "ended": how,
+            "ts": _iso(when),
+            "ts_inferred": inferred,
+            "_upper": upper,
+            "_victim": victim,
+            "exit_code": exit_code,
+            "signal": signal,
+            "pid": exit_row["pid"] if exit_row else None,
+            "host": exit_row["host"] if exit_row else None,
+            "torchrun_first_observed": None,
+            "evidence": _evidence(evidence),
+            "first_error": _evidence(error_by_rank.get(rank)),
+            "last_event": _evidence(last_by_rank.get(rank)),
+        })
+    return _in_time_order(endings)
+
+
+# An error that says a peer went away or never answered is a consequence of another
+# rank's end, not a cause.
+_PEER_CAUSED = re.compile(
+    r"(?i)connection (?:reset|closed) by peer|timed out waiting|Watchdog caught collective operation timeout"
+    r"|communicator was aborted|Broken pipe|remote (?:worker|process|peer)|Connection refused|DistNetworkError"
+)
+
+
+def _in_time_order(endings: list[dict]) -> list[dict]:
+    """Ranks that failed, first to end first; then the rest.
+
+    An untimed error (a traceback) is only known to have happened after the rank's last
+    timestamp and before the next one. When such an error blames a peer, and a peer's end
+    falls inside that window, the peer ended first: a consequence cannot precede its cause.
+    """
+    failed = [e for e in endings if e["ended"] != "no failure recorded" and e["ts"]]
+    primary = [e for e in failed if not e["_victim"]]
+    for e in failed:
+        key = e["ts"]
+        if e["_victim"] and e["ts_inferred"]:
+            causes = [p["ts"] for p in primary if p["rank"] != e["rank"]
+                      and (e["_upper"] is None or p["ts"] <= _iso(e["_upper"]))]
+            if causes:
+                key = max(key, min(causes))
+        e["_key"] = (key, e["_victim"])
+    ordered = sorted(failed, key=lambda e: e["_key"]) + [e for e in endings if e not in failed]
+    for e in ordered:
+        for private in ("_key", "_upper", "_victim"):
+            e.pop(private, None)
+    return ordered
+
+
+def _evidence(row: dict | None) -> dict | None:
+    if not row:
+        return None
+    text = row.get("message")
+    return {"rank": row.get("rank"), "file": row.get("file"), "line": row.get("line_no"), "ts": _iso(row.get("ts")),
+            "text": text[:500] if text else text}
+
+
+def _findings(con, run_id) -> list[dict]:
+    rows = _rows(con, """
+        SELECT signature, role, severity, confidence, ranks, summary, evidence, remediation FROM findings
+        WHERE run_id = ? ORDER BY CASE role WHEN 'root_cause' THEN 0 WHEN 'symptom' THEN 1 ELSE 2 END""", [run_id])
+    for r in rows:
+        r["evidence"] = json.loads(r["evidence"]) if r["evidence"] else []
+    return rows
+
+
+def report(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
+    """The report of DESIGN.md's JSON contract (plus run facts and per-rank endings)."""
+    run = _rows(con, "SELECT * FROM runs WHERE run_id = ?", [run_id])[0]
+    files = _rows(con, "SELECT path, kind, rank, bytes, status, error FROM files WHERE run_id = ? ORDER BY path",
+                  [run_id])
+    endings = rank_endings(con, run_id)
+    findings = _findings(con, run_id)
+    root = next((f for f in findings if f["role"] == "root_cause"), None)
+    first = next((e for e in endings if e["ended"] != "no failure recorded"), None)
+    if root:
+        verdict = {"signature": root["signature"], "summary": root["summary"], "culprit_ranks": root["ranks"],
+                   "confidence": root["confidence"]}
+    else:
+        verdict = {"signature": None,
+                   "summary": (f"rank {first['rank']} ended first: {first['ended']}" if first
+                               else "no failure found in the logs"),
+                   "culprit_ranks": [], "confidence": None}
+    return {
+        "schema": REPORT_SCHEMA,
+        "postmortem_version": __version__,
+        "run_id": run_id,
+        "source_dir": run["source_dir"],
+        "world_size": run["world_size"],
+        "ranks_seen": run["ranks_seen"] or [],
+        "hosts": run["hosts"] or [],
+        "versions": {k: run[f"{k}_version"] for k in ("torch", "nccl", "cuda", "python")},
+        "started_at": _iso(run["started_at"]),
+        "ended_at": _iso(run["ended_at"]),
+        "verdict": verdict,
+        "ranks": endings,
+        "findings": findings,
+        "files": {
+            "parsed": sum(1 for f in files if f["status"] == "parsed"),
+            "skipped": sum(1 for f in files if f["status"] == "skipped"),
+            "errors": [{"path": f["path"], "kind": f["kind"], "status": f["status"], "error": f["error"]}
+                       for f in files if f["error"]],
+        },
+    }

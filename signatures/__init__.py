@@ -1,0 +1,1 @@
+"""Failure signatures: one TOML file per signature id (data, read by postmortem.catalog)."""
