@@ -6,7 +6,7 @@ which yields ``(table, polars.DataFrame)`` pairs whose columns are the table's
 that claims a file parses it. Parsers know nothing of signatures or of the CLI.
 """
 
-from . import error_file, textlog
+from . import error_file, pyspy, textlog
 
 # Most specific first: every text format would also pass the text sniffer.
-FILE_PARSERS = (error_file, textlog)
+FILE_PARSERS = (error_file, pyspy, textlog)

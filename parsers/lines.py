@@ -76,23 +76,40 @@ def split_lines(text: str, first_line_no: int) -> pl.DataFrame:
     )
 
 
+def read_blocks(fh: io.BufferedIOBase, size: int) -> Iterator[bytes]:
+    """Blocks of about ``size`` bytes; a gzip stream that ends early yields all it had, then raises EOFError."""
+    block = bytearray()
+    try:
+        while piece := fh.read1(1 << 20):
+            block += piece
+            if len(block) >= size:
+                yield bytes(block)
+                block.clear()
+    except EOFError:
+        if block:
+            yield bytes(block)
+        raise
+    if block:
+        yield bytes(block)
+
+
 def _decoded_chunks(path: Path, chunk_bytes: int) -> Iterator[str]:
     """Decoded text pieces that each end on a newline (the last may not)."""
     with open_binary(path) as fh:
         rest = b""
-        while True:
-            block = fh.read(chunk_bytes)
-            if not block:
-                break
-            data = rest + block
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                rest = data
-                continue
-            rest = data[cut + 1 :]
-            yield data[:cut].decode("utf-8", errors="replace")
-        if rest:
-            yield rest.decode("utf-8", errors="replace")
+        try:
+            for block in read_blocks(fh, chunk_bytes):
+                data = rest + block
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    rest = data
+                    continue
+                rest = data[cut + 1 :]
+                yield data[:cut].decode("utf-8", errors="replace")
+        finally:
+            # Even when the stream broke off, what was read before the break is parsed.
+            if rest:
+                yield rest.decode("utf-8", errors="replace")
 
 
 def read_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[LineChunk]:

@@ -33,6 +33,11 @@ MAX_MESSAGE = 2000
 TRACEBACK_MAX_LINES = 400
 
 _TRACEBACK_START = "Traceback (most recent call last):"
+_NOTABLE = (
+    r"(?i)\b(?:error|fatal|fail(?:ed|ure)?|abort(?:ed)?|exception|xid|nvrm|ecc|assertion|killed|nan|inf|"
+    r"overflow|skipping step|segmentation fault)\b"
+)
+MESSAGE_TAIL_LINES = 30
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
 _FAULTHANDLER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
@@ -62,7 +67,7 @@ _FATAL_SIGNALS = {
 
 # A frame is the user's when it is none of these: the innermost such frame is where the
 # user's code was.
-_NOT_USER = ("site-packages/", "dist-packages/", "/torch/", "<frozen", "/lib/python3", "<string>")
+_NOT_USER = ("site-packages/", "dist-packages/", "/torch/", "<frozen", "/lib/python3", "<string>", "/bin/torchrun")
 
 _VERSION_PATTERNS = {
     "torch": r"(?i)\b(?:py)?torch(?:[ _]?version)?\s*[=:]\s*v?(\d+\.\d+\.\d+[\w.+-]*)",
@@ -126,8 +131,13 @@ def _log_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
         .then(pl.lit("agent_failure"))
         .otherwise(pl.lit("log"))
     )
-    warnings = own.filter(pl.col("level").is_in(["W", "E", "F", "C"]) | pl.col("msg").str.contains(
-        "closing signal SIG", literal=True))
+    warnings = own.filter(
+        pl.col("level").is_in(["W", "E", "F", "C"])
+        | pl.col("msg").str.contains("closing signal SIG", literal=True)
+        # Lines without a log header that still say something went wrong: a kernel log's Xid,
+        # a user's "step 7 loss nan", a CUDA kernel's assertion.
+        | (pl.col("level").is_null() & pl.col("msg").str.contains(_NOTABLE))
+    )
     sent = text.str.extract_groups(r"Sending process (?<pid>\d+) closing signal (?<sig>SIG\w+)")
     failed = text.str.extract_groups(r"failed \(exitcode: (?<code>-?\d+)\) local_rank: (?<lr>\d+) \(pid: (?<pid>\d+)\)")
     events = warnings.select(
@@ -195,7 +205,8 @@ def _version_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
 # ---------------------------------------------------------------- multi-line blocks
 
 
-def _rows(df: pl.DataFrame, columns=("pos", "line_no", "rank", "tee", "text", "ts", "ts_ff", "ts_bf", "pid")) -> list[dict]:
+def _rows(df: pl.DataFrame,
+          columns=("pos", "line_no", "rank", "tee", "text", "level", "ts", "ts_ff", "ts_bf", "pid")) -> list[dict]:
     return df.select(columns).to_dicts()
 
 
@@ -238,6 +249,21 @@ def _parse_traceback(lines: list[dict]) -> tuple[list[dict], dict | None, int]:
     return frames, None, len(lines)
 
 
+def _message_tail(lines: list[dict], start: dict) -> str | None:
+    """The lines that continue an exception's message ("Missing key(s) in state_dict: ...")."""
+    tail = []
+    for row in lines[:MESSAGE_TAIL_LINES]:
+        if row["rank"] != start["rank"] or row["tee"] != start["tee"]:
+            continue
+        text = row["text"].strip()
+        if not text or row["level"] is not None or _TRACEBACK_START in text or text.startswith(
+            ("During handling of the above", "The above exception")
+        ):
+            break
+        tail.append(text)
+    return "\n".join(tail)[:4000] or None
+
+
 def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     starts = own.filter(pl.col("text").str.contains(_TRACEBACK_START, literal=True))
     if starts.is_empty():
@@ -245,9 +271,10 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator
     events, failures, stacks = [], [], []
     for start in _rows(starts):
         block = _rows(df.slice(start["pos"], TRACEBACK_MAX_LINES))
-        frames, last, _ = _parse_traceback(block)
+        frames, last, used = _parse_traceback(block)
         if last is None:
             continue
+        tail = _message_tail(block[used + 1:], start)
         exc = _EXCEPTION.match(last["text"].strip())
         exc_type = exc["type"] if exc else None
         exc_msg = (exc["msg"] or "") if exc else last["text"].strip()
@@ -259,7 +286,7 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator
                        "message": _short(last["text"].strip()),
                        "attrs": _attrs(exception_type=exc_type, traceback_line=start["line_no"], user_frame=where,
                                        user_function=user["function"] if user else None, frames=len(frames),
-                                       **timing)})
+                                       message_tail=tail, **timing)})
         if start["rank"] is not None:
             failures.append({**common, "line_no": last["line_no"], "exception_type": exc_type,
                              "message": _short(exc_msg), "source": "traceback"})

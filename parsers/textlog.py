@@ -40,15 +40,14 @@ _ASCTIME_LEVEL = r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL|FATAL)\b"
 
 
 def sniff(head: bytes, name: str) -> bool:
-    """Any file that decodes as mostly-printable text is a text log of some kind."""
-    if not head:
-        return False
+    """Text: no NUL bytes and few control characters. Invalid UTF-8 (a Latin-1 log, a line cut
+    mid-character) is still text; it is read with replacement characters."""
     sample = head[:8192]
-    if b"\x00" in sample:
+    if not sample or b"\x00" in sample:
         return False
-    text = sample.decode("utf-8", errors="replace")
-    bad = text.count("\ufffd") + sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\r\n\x1b")
-    return bad <= len(text) // 100
+    control = sum(1 for b in sample if b < 32 and b not in b"\t\r\n\x1b\x0c")
+    undecodable = sample.decode("utf-8", errors="replace").count("\ufffd")
+    return control <= len(sample) // 20 and undecodable <= len(sample) // 3
 
 
 def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import duckdb
 
+from . import catalog, engine, store, summary
 from . import discover as discovery
-from . import store, summary
 from .errors import PostmortemError
 from .parsers import FILE_PARSERS
 from .parsers.source import Source
@@ -55,16 +55,8 @@ def _parse_file(con: duckdb.DuckDBPyConnection, run_id: str, source: Source) -> 
     return row
 
 
-def ingest(
-    path: str | Path,
-    db: str | Path | None = None,
-    progress: Progress | None = None,
-    keep: bool = True,
-) -> tuple[duckdb.DuckDBPyConnection, str, discovery.Discovery]:
-    """Parse a log directory into a staging database; persist it to history when ``keep``.
-
-    Returns the staging connection (for analysis), the run id and what discovery found.
-    """
+def load(path: str | Path, progress: Progress | None = None) -> tuple[duckdb.DuckDBPyConnection, str, discovery.Discovery]:
+    """Discover and parse a log directory into a new staging database (nothing matched yet)."""
     found = discovery.discover(Path(path))
     con = store.staging()
     run_id = new_run_id()
@@ -79,18 +71,49 @@ def ingest(
         done_bytes += source.bytes
     if progress:
         progress(done_files, done_bytes, total_files, total_bytes, "")
-    store.append(con, "files", run_id, summary.files_frame(rows))
     if not found.sources:
         raise PostmortemError(
             f"Nothing readable in {found.root}: {len(found.skipped)} file(s), none of them a log this tool reads."
         )
+    store.append(con, "files", run_id, summary.files_frame(rows))
     summary.attribute_ranks_by_pid(con, run_id)
     summary.refine_untimed(con, run_id)
-    run = summary.run_facts(con, run_id, found)
-    store.append(con, "runs", run_id, summary.runs_frame(run))
+    store.append(con, "runs", run_id, summary.runs_frame(summary.run_facts(con, run_id, found)))
+    return con, run_id, found
+
+
+def ingest(
+    path: str | Path,
+    db: str | Path | None = None,
+    progress: Progress | None = None,
+    keep: bool = True,
+    signatures: str | Path | None = None,
+    fail_on: str = "error",
+) -> tuple[duckdb.DuckDBPyConnection, str, discovery.Discovery]:
+    """Load a log directory, match the signatures, and persist it all to history when ``keep``.
+
+    Returns the staging connection, the run id and what discovery found.
+    """
+    con, run_id, found = load(path, progress)
+    sigs, broken = catalog.load_all(Path(signatures) if signatures else None)
+    findings = engine.match(con, run_id, sigs, broken)
+    for origin, why in broken:
+        log.warning("signature %s skipped: %s", origin, why)
+    store.append(con, "findings", run_id, summary.findings_frame([f.row() for f in findings]))
+    top = engine.verdict(findings)
+    con.execute("UPDATE runs SET verdict = ?, exit_status = ? WHERE run_id = ?",
+                [top.signature if top else None, exit_status([f.severity for f in findings], fail_on), run_id])
     if keep:
         store.persist(con, Path(db) if db else store.default_db_path(), run_id)
     return con, run_id, found
+
+
+def exit_status(severities: list[str], fail_on: str = "error") -> int:
+    """DESIGN.md's exit codes: 1 when a finding is at least ``fail_on`` severe, else 0."""
+    if fail_on not in catalog.SEVERITIES:
+        raise PostmortemError(f"--fail-on must be one of {', '.join(catalog.SEVERITIES)}, not {fail_on!r}.")
+    threshold = catalog.SEVERITIES.index(fail_on)
+    return int(any(catalog.SEVERITIES.index(s) >= threshold for s in severities if s in catalog.SEVERITIES))
 
 
 def analyze(
@@ -98,10 +121,29 @@ def analyze(
     db: str | Path | None = None,
     progress: Progress | None = None,
     keep: bool = True,
+    signatures: str | Path | None = None,
+    fail_on: str = "error",
 ) -> dict:
     """Analyze a job's log directory: the report dict of DESIGN.md's JSON contract."""
-    con, run_id, _ = ingest(path, db=db, progress=progress, keep=keep)
+    con, run_id, _ = ingest(path, db=db, progress=progress, keep=keep, signatures=signatures, fail_on=fail_on)
     return summary.report(con, run_id)
+
+
+def test_signature(signature_file: str | Path, path: str | Path) -> tuple[catalog.Signature, list[dict]]:
+    """Run one signature file against a log directory: (the signature, its evidence rows)."""
+    file = Path(signature_file)
+    try:
+        sig = catalog.parse_signature(file.read_text(encoding="utf-8"), str(file))
+    except OSError as exc:
+        raise PostmortemError(f"Cannot read {file}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise PostmortemError(f"{file} is not a valid signature: {exc}") from exc
+    con, run_id, _ = load(path)
+    try:
+        rows = engine.evidence_rows(con, sig, run_id)
+    except Exception as exc:
+        raise PostmortemError(f"{file} failed on {path}: {exc}") from exc
+    return sig, rows
 
 
 def show(run_id: str, db: str | Path | None = None) -> dict:

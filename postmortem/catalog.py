@@ -16,6 +16,13 @@ from pathlib import Path
 from .errors import PostmortemError
 
 SEVERITIES = ("info", "warning", "error", "critical")
+# The signature ids of the JSON contract (DESIGN.md); more are welcome.
+CONTRACT_IDS = (
+    "collective-hang", "collective-mismatch", "collective-timeout", "rank-crash", "recompile-storm",
+    "recompile-limit", "rank-divergent-compile", "graph-break", "memory-leak", "cuda-oom", "straggler",
+    "ddp-unused-parameters", "nccl-error", "hardware-fault", "native-crash", "cuda-device-assert",
+    "compile-failure", "checkpoint-key-mismatch", "non-finite-loss", "timeout-misconfigured",
+)
 ROLES = ("root_cause", "symptom", "context")
 REQUIRED = ("id", "title", "severity", "role", "description")
 
@@ -31,8 +38,13 @@ class Signature:
     queries: list[str] = field(default_factory=list)
     check: str | None = None
     summary: str = ""
-    remediation: str = ""
+    # one text, or texts by case: {"sigkill": "...", "default": "..."} picked by the
+    # first evidence row's `case` column
+    remediation: str | dict[str, str] = ""
     limits: str = ""
+    confidence: float = 0.7
+    refines: list[str] = field(default_factory=list)  # more specific than these root causes
+    explains: list[str] = field(default_factory=list)  # symptoms this root cause accounts for
     references: list[str] = field(default_factory=list)
     replay: str | None = None
 
@@ -55,12 +67,27 @@ def parse_signature(text: str, origin: str) -> Signature:
         queries = [queries]
     if not all(isinstance(q, str) for q in queries) or not (queries or doc.get("check")):
         raise ValueError("needs `queries` (SQL strings) or a `check`")
+    remediation = doc.get("remediation", "")
+    if isinstance(remediation, dict):
+        if not all(isinstance(v, str) for v in remediation.values()):
+            raise ValueError("remediation cases must be strings")
+    else:
+        remediation = str(remediation)
+    confidence = doc.get("confidence", 0.7)
+    if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
+        raise ValueError("confidence must be a number from 0 to 1")
+    lists = {}
+    for key in ("refines", "explains", "references"):
+        value = doc.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{key} must be a list of strings")
+        lists[key] = value
     return Signature(
         id=doc["id"], title=doc["title"], severity=doc["severity"], role=doc["role"],
         description=doc["description"], origin=origin, queries=list(queries), check=doc.get("check"),
-        summary=str(doc.get("summary", "")), remediation=str(doc.get("remediation", "")),
-        limits=str(doc.get("limits", "")), references=[str(r) for r in doc.get("references", [])],
-        replay=doc.get("replay"),
+        summary=str(doc.get("summary", "")), remediation=remediation,
+        limits=str(doc.get("limits", "")), references=lists["references"], replay=doc.get("replay"),
+        confidence=float(confidence), refines=lists["refines"], explains=lists["explains"],
     )
 
 

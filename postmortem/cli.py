@@ -14,8 +14,9 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from . import __version__, api, catalog, report
+from . import __version__, api, catalog, engine, report
 from .errors import PostmortemError
 
 app = typer.Typer(
@@ -31,7 +32,7 @@ err = Console(stderr=True)
 DbOption = typer.Option(None, "--db", envvar="POSTMORTEM_DB",
                         help="History database (default ~/.local/share/postmortem/history.duckdb).")
 QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bar.")
-SEVERITIES = ("info", "warning", "error", "critical")
+SignaturesOption = typer.Option(None, "--signatures", help="A directory of your own signature files (*.toml).")
 
 
 def _version(value: bool) -> None:
@@ -84,12 +85,6 @@ def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
         _fail(PostmortemError(f"--format must be one of {', '.join(allowed)}, not {fmt!r}."))
 
 
-def _exit_code(rep: dict, fail_on: str) -> int:
-    threshold = SEVERITIES.index(fail_on)
-    hit = any(SEVERITIES.index(f["severity"]) >= threshold for f in rep["findings"] if f["severity"] in SEVERITIES)
-    return 1 if hit else 0
-
-
 @app.command()
 def analyze(
     directory: Path = typer.Argument(..., help="The job's log directory (every rank's logs, dumps, traces)."),
@@ -97,6 +92,7 @@ def analyze(
     fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 if a finding is at least this severe."),
     db: Optional[Path] = DbOption,
     no_history: bool = typer.Option(False, "--no-history", help="Don't record the run in the history."),
+    extra: Optional[Path] = SignaturesOption,
     quiet: bool = QuietOption,
 ) -> None:
     """Analyze a job's logs and print the verdict.
@@ -104,19 +100,20 @@ def analyze(
     Example:  postmortem analyze ./job-logs/ --format json --quiet > verdict.json
     """
     _check_format(fmt, ("rich", "text", "json", "markdown"))
-    if fail_on not in SEVERITIES:
-        _fail(PostmortemError(f"--fail-on must be one of {', '.join(SEVERITIES)}."))
+    if fail_on not in catalog.SEVERITIES:
+        _fail(PostmortemError(f"--fail-on must be one of {', '.join(catalog.SEVERITIES)}."))
     bar, update = _progress(quiet)
+    options = dict(db=db, keep=not no_history, signatures=extra, fail_on=fail_on)
     try:
         if bar:
             with bar:
-                rep = api.analyze(directory, db=db, progress=update, keep=not no_history)
+                rep = api.analyze(directory, progress=update, **options)
         else:
-            rep = api.analyze(directory, db=db, keep=not no_history)
+            rep = api.analyze(directory, **options)
     except PostmortemError as exc:
         _fail(exc)
     _emit(rep, fmt)
-    raise typer.Exit(_exit_code(rep, fail_on))
+    raise typer.Exit(api.exit_status([f["severity"] for f in rep["findings"]], fail_on))
 
 
 @app.command()
@@ -168,7 +165,7 @@ def sql(
     else:
         table = Table(*names)
         for r in rows:
-            table.add_row(*("" if v is None else str(v) for v in r))
+            table.add_row(*(Text("" if v is None else str(v)) for v in r))
         out.print(table)
 
 
@@ -185,10 +182,14 @@ def runs(
         rows = api.runs(db=db, limit=limit)
     except PostmortemError as exc:
         _fail(exc)
-    table = Table("run", "analyzed at", "world", "verdict", "exit", "logs")
+    table = Table()
+    table.add_column("run", no_wrap=True)
+    table.add_column("analyzed at (UTC)", no_wrap=True)
+    for name in ("world", "verdict", "exit", "logs"):
+        table.add_column(name, overflow="fold")
     for r in rows:
         table.add_row(r["run_id"], str(r["analyzed_at"])[:19], str(r["world_size"]), r["verdict"] or "",
-                      str(r["exit_status"]), r["source_dir"])
+                      str(r["exit_status"]), Text(r["source_dir"]))
     out.print(table)
 
 
@@ -210,24 +211,60 @@ def show(
     _emit(rep, fmt)
 
 
-@app.command(name="signatures")
+signatures_app = typer.Typer(rich_markup_mode=None)
+app.add_typer(signatures_app, name="signatures")
+
+
+@signatures_app.callback(invoke_without_command=True)
 def list_signatures(
-    extra: Optional[Path] = typer.Option(None, "--signatures", help="A directory of your own signature files."),
+    ctx: typer.Context,
+    extra: Optional[Path] = SignaturesOption,
 ) -> None:
-    """List the failure signatures the analyzer knows.
+    """List the failure signatures (built-in, and yours with --signatures DIR).
 
     Example:  postmortem signatures --signatures ./my-signatures/
+    Example:  postmortem signatures test ./my-signatures/slow-dataloader.toml ./job-logs/
     """
+    if ctx.invoked_subcommand:
+        return
     try:
         found, broken = catalog.load_all(extra)
     except PostmortemError as exc:
         _fail(exc)
-    table = Table("id", "severity", "role", "title", "from")
+    table = Table()
+    table.add_column("id", no_wrap=True)
+    for name in ("severity", "role", "title", "from"):
+        table.add_column(name, overflow="fold")
     for s in found:
-        table.add_row(s.id, s.severity, s.role, s.title, s.origin)
+        table.add_row(s.id, s.severity, s.role, Text(s.title), Text(s.origin))
     out.print(table)
     for path, why in broken:
-        err.print(f"skipped {path}: {why}", style="yellow", highlight=False)
+        err.print(Text(f"skipped {path}: {why}", style="yellow"))
+
+
+@signatures_app.command("test")
+def test_signature(
+    signature_file: Path = typer.Argument(..., help="A signature file (TOML)."),
+    directory: Path = typer.Argument(..., help="A job's log directory to run it against."),
+) -> None:
+    """Run one signature file against a log directory and print its evidence rows.
+
+    Example:  postmortem signatures test ./my-signatures/slow-dataloader.toml ./job-logs/
+    """
+    try:
+        sig, rows = api.test_signature(signature_file, directory)
+    except PostmortemError as exc:
+        _fail(exc)
+    if not rows:
+        out.print(Text(f"{sig.id}: no match"))
+        raise typer.Exit(0)
+    finding = engine.to_finding(sig, rows)
+    out.print(Text(f"{sig.id}: matched, ranks {finding.ranks}\n{finding.summary}", style="bold"))
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    table = Table(*names)
+    for r in rows:
+        table.add_row(*(Text("" if r.get(k) is None else str(r.get(k))[:200]) for k in names))
+    out.print(table)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from postmortem.parsers import FILE_PARSERS
-from postmortem.parsers.lines import open_binary
+from postmortem.parsers.lines import open_binary, read_blocks
 from postmortem.parsers.source import Source
 
 from .errors import PostmortemError
@@ -38,8 +38,6 @@ _RECOGNISED_ONLY = {
     "pickle": lambda head: head[:1] == b"\x80",
     "kineto_trace": lambda head: head.lstrip()[:1] == b"{" and (b'"traceEvents"' in head or b'"schemaVersion"' in head),
     "torch_trace": lambda head: re.match(rb"^[IWEV]\d{4} [\d:.]+ \d+ \S+:\d+\] \{\"", head) is not None,
-    "pyspy_text": lambda head: re.match(rb"^Process \d+: ", head) is not None and b"Python v" in head[:2000],
-    "pyspy_json": lambda head: head.lstrip()[:1] == b"[" and b'"thread_id"' in head and b'"frames"' in head,
 }
 
 
@@ -103,8 +101,17 @@ def _skip(root: Path, path: Path, kind: str, reason: str, size: int | None = Non
 
 
 def read_head(path: Path) -> bytes:
+    """The first HEAD_BYTES of the file's content; what there is of it if a gzip stream ends early."""
+    head = b""
     with open_binary(path) as fh:
-        return fh.read(HEAD_BYTES)
+        try:
+            for block in read_blocks(fh, HEAD_BYTES):
+                head += block
+                if len(head) >= HEAD_BYTES:
+                    break
+        except EOFError:
+            pass
+    return head[:HEAD_BYTES]
 
 
 def rank_from_name(rel: str) -> int | None:

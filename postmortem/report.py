@@ -26,6 +26,13 @@ def _where(ev: dict | None) -> str:
     return f"{ev['file']}:{ev['line']}" if ev.get("line") else (ev.get("file") or "")
 
 
+def _ts(ending: dict) -> str:
+    """An inferred time is a lower bound: the error came after the rank's last timestamp."""
+    if not ending["ts"]:
+        return "?"
+    return f">= {ending['ts']}" if ending.get("ts_inferred") else ending["ts"]
+
+
 def to_rich(report: dict) -> Group:
     verdict = report["verdict"]
     head = Text()
@@ -34,7 +41,7 @@ def to_rich(report: dict) -> Group:
         head.append(f"\n{verdict['signature']}  culprit ranks {verdict['culprit_ranks']}", style="red")
     facts = Table.grid(padding=(0, 2))
     facts.add_row("run", report["run_id"])
-    facts.add_row("logs", report["source_dir"])
+    facts.add_row("logs", Text(report["source_dir"]))
     facts.add_row("world size", str(report["world_size"]))
     facts.add_row("ranks seen", ", ".join(map(str, report["ranks_seen"])) or "none")
     facts.add_row("hosts", ", ".join(report["hosts"]) or "not in the logs")
@@ -46,22 +53,23 @@ def to_rich(report: dict) -> Group:
     for e in report["ranks"]:
         ev = e["evidence"] or {}
         last = e["last_event"] or {}
-        ranks.add_row(str(e["rank"]), e["ts"] or "?", e["ended"],
-                      f"{_where(ev)}\n{(ev.get('text') or '')[:100]}",
-                      f"{last.get('ts') or ''} {_where(last)}")
+        # Log text goes in as Text, never as markup: a line like "[/path/pair.cc:553]" is not a tag.
+        ranks.add_row(str(e["rank"]), _ts(e), Text(e["ended"]),
+                      Text(f"{_where(ev)}\n{(ev.get('text') or '')[:100]}"),
+                      Text(f"{last.get('ts') or ''} {_where(last)}"))
     parts = [Panel(head, title="verdict"), facts, ranks]
     if report["findings"]:
         findings = Table(title="Findings", title_justify="left")
         for col in ("role", "signature", "severity", "ranks", "summary"):
             findings.add_column(col, overflow="fold")
         for f in report["findings"]:
-            findings.add_row(f["role"], f["signature"], f["severity"], str(f["ranks"]), f["summary"])
+            findings.add_row(f["role"], f["signature"], f["severity"], str(f["ranks"]), Text(f["summary"]))
         parts.append(findings)
     files = report["files"]
     parts.append(Text(f"files: {files['parsed']} parsed, {files['skipped']} skipped, "
                       f"{len(files['errors'])} with notes", style="dim"))
     for err in files["errors"][:20]:
-        parts.append(Text(f"  {err['path']} [{err['kind']}, {err['status']}]: {err['error']}", style="dim"))
+        parts.append(Text(f"  {err['path']} ({err['kind']}, {err['status']}): {err['error']}", style="dim"))
     return Group(*parts)
 
 
@@ -87,7 +95,7 @@ def to_markdown(report: dict) -> str:
     for e in report["ranks"]:
         ev = e["evidence"] or {}
         text = (ev.get("text") or "").replace("|", "\\|")[:200]
-        lines.append(f"| {e['rank']} | {e['ts'] or '?'} | {e['ended'].replace('|', '/')} | `{_where(ev)}` {text} |")
+        lines.append(f"| {e['rank']} | {_ts(e)} | {e['ended'].replace('|', '/')} | `{_where(ev)}` {text} |")
     if report["findings"]:
         lines += ["", "| role | signature | ranks | summary |", "| --- | --- | --- | --- |"]
         for f in report["findings"]:

@@ -56,10 +56,10 @@ def _schema_version(con: duckdb.DuckDBPyConnection, catalog: str) -> int:
     exists = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = 'schema_version'",
         [catalog],
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if not exists:
         return 0
-    return con.execute(f"SELECT coalesce(max(version), 0) FROM {catalog}.schema_version").fetchone()[0]
+    return con.execute(f"SELECT coalesce(max(version), 0) FROM {catalog}.schema_version").fetchall()[0][0]
 
 
 def migrate(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
@@ -72,7 +72,7 @@ def migrate(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
         )
     if current == SCHEMA_VERSION:
         return
-    previous = con.execute("SELECT current_database()").fetchone()[0]
+    previous = con.execute("SELECT current_database()").fetchall()[0][0]
     con.execute(f"USE {catalog}")
     try:
         con.execute("BEGIN TRANSACTION")
@@ -135,7 +135,7 @@ def open_history(db_path: Path, write: bool = False, wait_s: float = LOCK_WAIT_S
             )
         db_path.parent.mkdir(parents=True, exist_ok=True)
     con = _retry_locked(lambda: duckdb.connect(str(db_path), read_only=not write), str(db_path), wait_s)
-    catalog = con.execute("SELECT current_database()").fetchone()[0]
+    catalog = con.execute("SELECT current_database()").fetchall()[0][0]
     if write:
         migrate(con, catalog)
     elif _schema_version(con, catalog) > SCHEMA_VERSION:

@@ -28,6 +28,10 @@ def runs_frame(run: dict) -> pl.DataFrame:
     return frame("runs", [run])
 
 
+def findings_frame(rows: list[dict]) -> pl.DataFrame:
+    return frame("findings", rows)
+
+
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> list[dict]:
     cur = con.execute(sql, params)
     names = [d[0] for d in cur.description]
@@ -117,7 +121,7 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str, found) -> dict:
         SELECT max(TRY_CAST(attrs->>'size' AS INTEGER)) FILTER (kind = 'pg_init'),
                max(TRY_CAST(attrs->>'nranks' AS INTEGER)) FILTER (kind = 'nccl_init')
         FROM events WHERE run_id = ?
-        """, [run_id]).fetchone()
+        """, [run_id]).fetchall()[0]
     world = max([s for s in sizes if s] + [max(ranks) + 1 if ranks else 0]) or None
     # NCCL's headers name the host as the worker saw it; torchrun's table only as the agent
     # resolved it ("localhost"), so it counts only when NCCL said nothing.
@@ -126,7 +130,7 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str, found) -> dict:
         [run_id]).fetchall()}
         or {h for (h,) in con.execute(
             "SELECT host FROM failures WHERE run_id = ? AND host IS NOT NULL", [run_id]).fetchall()})
-    span = con.execute("SELECT min(ts), max(ts) FROM events WHERE run_id = ?", [run_id]).fetchone()
+    span = con.execute("SELECT min(ts), max(ts) FROM events WHERE run_id = ?", [run_id]).fetchall()[0]
     versions = _versions(con, run_id)
     return {
         "run_id": run_id,
@@ -229,7 +233,7 @@ def rank_endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
             "ts": _iso(when),
             "ts_inferred": inferred,
             "_upper": upper,
-            "_victim": victim,
+            "consequence": victim,
             "exit_code": exit_code,
             "signal": signal,
             "pid": exit_row["pid"] if exit_row else None,
@@ -258,18 +262,18 @@ def _in_time_order(endings: list[dict]) -> list[dict]:
     falls inside that window, the peer ended first: a consequence cannot precede its cause.
     """
     failed = [e for e in endings if e["ended"] != "no failure recorded" and e["ts"]]
-    primary = [e for e in failed if not e["_victim"]]
+    primary = [e for e in failed if not e["consequence"]]
     for e in failed:
         key = e["ts"]
-        if e["_victim"] and e["ts_inferred"]:
+        if e["consequence"] and e["ts_inferred"]:
             causes = [p["ts"] for p in primary if p["rank"] != e["rank"]
                       and (e["_upper"] is None or p["ts"] <= _iso(e["_upper"]))]
             if causes:
                 key = max(key, min(causes))
-        e["_key"] = (key, e["_victim"])
+        e["_key"] = (key, e["consequence"])
     ordered = sorted(failed, key=lambda e: e["_key"]) + [e for e in endings if e not in failed]
     for e in ordered:
-        for private in ("_key", "_upper", "_victim"):
+        for private in ("_key", "_upper"):
             e.pop(private, None)
     return ordered
 
@@ -285,7 +289,10 @@ def _evidence(row: dict | None) -> dict | None:
 def _findings(con, run_id) -> list[dict]:
     rows = _rows(con, """
         SELECT signature, role, severity, confidence, ranks, summary, evidence, remediation FROM findings
-        WHERE run_id = ? ORDER BY CASE role WHEN 'root_cause' THEN 0 WHEN 'symptom' THEN 1 ELSE 2 END""", [run_id])
+        WHERE run_id = ?
+        ORDER BY CASE role WHEN 'root_cause' THEN 0 WHEN 'symptom' THEN 1 ELSE 2 END,
+                 list_position(['critical', 'error', 'warning', 'info'], severity), confidence DESC, signature
+        """, [run_id])
     for r in rows:
         r["evidence"] = json.loads(r["evidence"]) if r["evidence"] else []
     return rows
@@ -298,7 +305,8 @@ def report(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
                   [run_id])
     endings = rank_endings(con, run_id)
     findings = _findings(con, run_id)
-    root = next((f for f in findings if f["role"] == "root_cause"), None)
+    root = next((f for f in findings if f["role"] == "root_cause"), None) or next(
+        (f for f in findings if f["role"] == "symptom" and f["severity"] in ("error", "critical")), None)
     first = next((e for e in endings if e["ended"] != "no failure recorded"), None)
     if root:
         verdict = {"signature": root["signature"], "summary": root["summary"], "culprit_ranks": root["ranks"],

@@ -1,0 +1,57 @@
+"""rank-crash: the rank that ended first by its own failure, by timestamps.
+
+Not torchrun's "first observed failure": the agent notices ranks in whatever order it
+polls them. A rank whose own error blames a peer ("Connection reset by peer", a
+collective timeout) is a consequence, never the culprit.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from postmortem.summary import rank_endings
+
+_FATAL_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"}
+
+
+def _case(ending: dict) -> str:
+    if ending["signal"] == "SIGKILL":
+        return "sigkill"
+    if ending["signal"] in _FATAL_SIGNALS:
+        return "native"
+    if "Error" in ending["ended"] or "Exception" in ending["ended"] or "exit" in ending["ended"]:
+        return "exception"
+    return "default"
+
+
+def _user_line(con: duckdb.DuckDBPyConnection, run_id: str, evidence: dict | None) -> str | None:
+    if not evidence or evidence.get("file") is None:
+        return None
+    row = con.execute(
+        """
+        SELECT attrs->>'user_frame' FROM events
+        WHERE run_id = ? AND file = ? AND line_no = ? AND attrs->>'user_frame' IS NOT NULL LIMIT 1
+        """, [run_id, evidence["file"], evidence["line"]]).fetchall()
+    return row[0][0] if row else None
+
+
+def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    endings = rank_endings(con, run_id)
+    failed = [e for e in endings if e["ended"] != "no failure recorded"]
+    if not failed or failed[0]["consequence"]:
+        return []
+    first, others = failed[0], failed[1:]
+    ev = first["evidence"] or {}
+    rows = [{
+        "rank": first["rank"], "ts": first["ts"], "file": ev.get("file"), "line": ev.get("line"),
+        "text": ev.get("text"), "culprit": True, "how": first["ended"], "case": _case(first),
+        "signal": first["signal"], "pid": first["pid"], "host": first["host"],
+        "user_line": _user_line(con, run_id, ev) or "unknown",
+        "others": "; ".join(f"rank {o['rank']}: {o['ended'][:120]}" for o in others) or "no other rank failed",
+        "confidence": 0.9 if others else 0.75,
+    }]
+    for o in others:
+        oev = o["evidence"] or {}
+        rows.append({"rank": o["rank"], "ts": o["ts"], "file": oev.get("file"), "line": oev.get("line"),
+                     "text": oev.get("text"), "culprit": False})
+    return rows

@@ -1,0 +1,174 @@
+"""The signature engine: run every signature over a run's tables, then rank what matched.
+
+A signature's SQL queries (or its named Python check) return evidence rows with the
+columns ``rank, ts, file, line, text`` and any extra columns its templates use; a
+``culprit`` column, when present, says which rows name the culprit ranks. A signature
+matches when any evidence row comes back.
+
+Ranking: a root cause that ``refines`` another (``native-crash`` refines ``rank-crash``)
+and shares a culprit rank turns the other into context; root causes ``explain`` the
+symptoms they list. The verdict is the surviving root cause with the highest severity
+and confidence; with none, the most severe symptom.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import string
+import threading
+from dataclasses import dataclass, field
+
+import duckdb
+
+from .catalog import SEVERITIES, Signature
+
+log = logging.getLogger(__name__)
+
+QUERY_TIMEOUT_S = 30.0
+MAX_EVIDENCE = 20
+
+
+@dataclass
+class Finding:
+    signature: str
+    role: str
+    severity: str
+    confidence: float
+    ranks: list[int]
+    summary: str
+    evidence: list[dict]
+    remediation: str
+    refines: list[str] = field(default_factory=list)
+    explains: list[str] = field(default_factory=list)
+
+    def row(self) -> dict:
+        return {"signature": self.signature, "role": self.role, "severity": self.severity,
+                "confidence": round(self.confidence, 2), "ranks": self.ranks, "summary": self.summary,
+                "evidence": json.dumps(self.evidence, default=str), "remediation": self.remediation}
+
+
+class _Template(string.Formatter):
+    """str.format with plain names only: a template can't reach attributes or items."""
+
+    def get_field(self, field_name, args, kwargs):
+        if not field_name.isidentifier():
+            raise ValueError(f"template field {field_name!r} must be a plain name")
+        value = kwargs.get(field_name)
+        return ("?" if value is None else value), field_name
+
+
+def render(template: str, values: dict) -> str:
+    try:
+        return _Template().format(template, **values).strip()
+    except (ValueError, IndexError, KeyError) as exc:
+        return f"{template.strip()} (template error: {exc})"
+
+
+def _select_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    statements = con.extract_statements(sql)
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        raise ValueError("a signature query must be a single SELECT")
+
+
+def _run_query(con: duckdb.DuckDBPyConnection, sql: str, run_id: str, timeout_s: float) -> list[dict]:
+    _select_only(con, sql)
+    timer = threading.Timer(timeout_s, con.interrupt)
+    timer.start()
+    try:
+        params = {"run_id": run_id} if "$run_id" in sql else None
+        cur = con.execute(sql, params) if params else con.execute(sql)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r)) for r in cur.fetchall()]
+    finally:
+        timer.cancel()
+
+
+def _run_check(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> list[dict]:
+    if not name.isidentifier():
+        raise ValueError(f"check {name!r} is not a check name")
+    module = importlib.import_module(f"postmortem.checks.{name}")  # built-in checks only
+    return module.check(con, run_id)
+
+
+def evidence_rows(con: duckdb.DuckDBPyConnection, sig: Signature, run_id: str,
+                  timeout_s: float = QUERY_TIMEOUT_S) -> list[dict]:
+    rows: list[dict] = []
+    if sig.check:
+        rows += _run_check(con, sig.check, run_id)
+    for sql in sig.queries:
+        rows += _run_query(con, sql, run_id, timeout_s)
+    return rows
+
+
+def _confidence(sig: Signature, rows: list[dict]) -> float:
+    for r in rows:
+        if r.get("confidence") is not None:
+            return float(r["confidence"])
+    return sig.confidence
+
+
+def to_finding(sig: Signature, rows: list[dict]) -> Finding:
+    culprits = [r for r in rows if r.get("culprit", True)]
+    ranks = sorted({int(r["rank"]) for r in culprits if r.get("rank") is not None})
+    first = culprits[0] if culprits else rows[0]
+    values = {k: v for k, v in first.items()}
+    values.update(ranks=", ".join(map(str, ranks)) or "unknown", n=len(culprits),
+                  n_ranks=len(ranks), all_ranks=", ".join(str(r["rank"]) for r in rows if r.get("rank") is not None))
+    evidence = [{"rank": r.get("rank"), "file": r.get("file"), "line": r.get("line"),
+                 "ts": str(r["ts"]) if r.get("ts") is not None else None,
+                 "text": (str(r["text"])[:500] if r.get("text") is not None else None)}
+                for r in rows[:MAX_EVIDENCE]]
+    remediation = sig.remediation
+    if isinstance(remediation, dict):
+        remediation = remediation.get(str(first.get("case")), remediation.get("default", ""))
+    return Finding(signature=sig.id, role=sig.role, severity=sig.severity, confidence=_confidence(sig, rows),
+                   ranks=ranks, summary=render(sig.summary or sig.title, values),
+                   evidence=evidence, remediation=render(remediation, values),
+                   refines=list(sig.refines), explains=list(sig.explains))
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    """Set roles (a refined root cause becomes context) and order: verdict first."""
+    roots = [f for f in findings if f.role == "root_cause"]
+    for specific in roots:
+        for general in roots:
+            if general.signature in specific.refines and (
+                not general.ranks or not specific.ranks or set(general.ranks) & set(specific.ranks)
+            ):
+                general.role = "context"
+    for root in roots:
+        if root.role != "root_cause":
+            continue
+        for f in findings:
+            if f.role == "symptom" and f.signature in root.explains:
+                f.summary += f" (explained by {root.signature} on rank(s) {', '.join(map(str, root.ranks))})"
+    order = {"root_cause": 0, "symptom": 1, "context": 2}
+    return sorted(findings, key=lambda f: (order.get(f.role, 3), -SEVERITIES.index(f.severity), -f.confidence,
+                                           f.signature))
+
+
+def match(con: duckdb.DuckDBPyConnection, run_id: str, signatures: list[Signature],
+          problems: list[tuple[str, str]] | None = None) -> list[Finding]:
+    """Every signature that matches the run, ranked. A signature that fails is reported, not fatal."""
+    found = []
+    for sig in signatures:
+        try:
+            rows = evidence_rows(con, sig, run_id)
+        except Exception as exc:  # a broken user signature must not stop the others
+            log.warning("signature %s failed: %s", sig.id, exc)
+            if problems is not None:
+                problems.append((sig.origin if sig.origin != "built-in" else sig.id, f"failed: {exc}"))
+            continue
+        if rows:
+            found.append(to_finding(sig, rows))
+    return rank_findings(found)
+
+
+def verdict(findings: list[Finding]) -> Finding | None:
+    roots = [f for f in findings if f.role == "root_cause"]
+    if roots:
+        return roots[0]
+    symptoms = [f for f in findings if f.role == "symptom" and f.severity in ("error", "critical")]
+    return symptoms[0] if symptoms else None

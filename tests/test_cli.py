@@ -1,0 +1,76 @@
+"""The command line: verbs, help with examples, formats, exit codes, one-sentence errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from postmortem import __version__
+from postmortem.cli import app
+
+runner = CliRunner()
+VERBS = ["analyze", "ingest", "sql", "runs", "show", "signatures"]
+
+
+def run(*args, env=None):
+    return runner.invoke(app, list(args), env=env)
+
+
+def test_version():
+    result = run("--version")
+    assert result.exit_code == 0 and __version__ in result.output
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_has_help_with_an_example(verb):
+    result = run(verb, "--help")
+    assert result.exit_code == 0
+    assert "Example:" in result.output and f"postmortem {verb}" in result.output
+
+
+def test_analyze_json_has_the_report_keys(sample, history):
+    result = run("analyze", str(sample("rank_sigkill")), "--format", "json", "--quiet")
+    assert result.exit_code == 1, result.output  # a critical finding: rank-crash
+    report = json.loads(result.stdout)
+    assert report["schema"] == "postmortem.report/1"
+    assert {"run_id", "source_dir", "world_size", "ranks_seen", "verdict", "findings", "files"} <= set(report)
+    assert set(report["verdict"]) == {"signature", "summary", "culprit_ranks", "confidence"}
+    assert report["world_size"] == 2 and report["ranks_seen"] == [0, 1]
+    assert report["ranks"][0]["rank"] == 1 and "SIGKILL" in report["ranks"][0]["ended"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_text_and_markdown_name_each_rank_and_how_it_ended(sample, history, fmt):
+    result = run("analyze", str(sample("rank_exception")), "--format", fmt)
+    assert result.exit_code == 1, result.output
+    assert "ValueError" in result.stdout and "SIGTERM" in result.stdout
+
+
+def test_sql_runs_show_over_history(sample, history):
+    report = json.loads(run("analyze", str(sample("healthy")), "-f", "json", "-q").stdout)
+    out = run("sql", "select rank, count(*) as n from events group by rank order by rank", "--format", "csv")
+    assert out.exit_code == 0 and out.stdout.splitlines()[0] == "rank,n"
+    as_json = json.loads(run("sql", "select run_id from runs", "--format", "json").stdout)
+    assert as_json == [{"run_id": report["run_id"]}]
+    assert report["run_id"] in run("runs").stdout
+    shown = json.loads(run("show", report["run_id"], "--format", "json").stdout)
+    assert shown["run_id"] == report["run_id"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["analyze", "/no/such/dir"], "No such directory"),
+        (["analyze", ".", "--format", "yaml"], "--format must be one of"),
+        (["show", "nope"], "No run 'nope'"),
+        (["sql", "select * from no_such_table"], "SQL error"),
+    ],
+)
+def test_user_mistakes_exit_2_with_one_sentence_and_no_traceback(sample, history, args, message):
+    run("analyze", str(sample("healthy")), "-q")
+    result = run(*args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output

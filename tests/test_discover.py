@@ -1,0 +1,80 @@
+"""Discovery: what each file is and which rank it speaks for, and bad files recorded, not fatal."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+
+import pytest
+
+from postmortem import api
+from postmortem.discover import discover
+from postmortem.errors import PostmortemError
+
+
+def by_name(found):
+    return {s.name: s for s in found.sources}
+
+
+def test_torchrun_layout_and_prefixes_give_each_rank_file_its_rank(sample):
+    found = discover(sample("rank_sigkill"))
+    sources = by_name(found)
+    for name, source in sources.items():
+        if "/attempt_0/" in name:
+            assert source.rank == int(name.split("/attempt_0/")[1].split("/")[0]), name
+    console = sources["console.log"]
+    assert console.rank is None
+    assert console.tee_ranks_elsewhere == frozenset({0, 1})
+    assert found.year == 2026
+
+
+def test_file_name_gives_the_rank_when_the_content_does_not(tmp_path, sample):
+    (stdout,) = sample("healthy").glob("logs/*/attempt_0/1/stdout.log")
+    shutil.copy(stdout, tmp_path / "worker_rank_5.log")
+    assert by_name(discover(tmp_path))["worker_rank_5.log"].rank == 5
+
+
+def test_gzipped_logs_are_read_like_plain_ones(copy_sample):
+    plain = api.analyze(copy_sample("rank_exception"), keep=False)
+    gz_dir = copy_sample("rank_exception", "gz")
+    for path in list(gz_dir.rglob("*.log")):
+        with open(path, "rb") as src, gzip.open(str(path) + ".gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        path.unlink()
+    zipped = api.analyze(gz_dir, keep=False)
+    assert [(e["rank"], e["ended"]) for e in zipped["ranks"]] == [(e["rank"], e["ended"]) for e in plain["ranks"]]
+    assert zipped["files"]["parsed"] == plain["files"]["parsed"]
+
+
+def test_bad_files_are_recorded_with_a_reason_and_the_run_still_lands(copy_sample, history):
+    job = copy_sample("rank_sigkill")
+    (job / "empty.log").write_bytes(b"")
+    (job / "core.bin").write_bytes(bytes(range(256)) * 64)
+    (job / "latin1.log").write_bytes("caf\xe9 step 1\n".encode("latin-1") + b"\xff\xfe\n")
+    (stderr,) = job.glob("logs/*/attempt_0/0/stderr.log")
+    whole = gzip.compress(stderr.read_bytes())
+    (job / "truncated.log.gz").write_bytes(whole[: len(whole) // 2])  # a job killed while gzipping
+    (job / "long_line.log").write_bytes(b"x" * (10 << 20) + b"\n[rank0]:[E1129 14:23:26.1 x.cpp:1] after\n")
+    os.mkfifo(job / "fr_dump.pipe")
+    os.symlink(job / "no-such-target", job / "dangling.log")
+    os.symlink(job, job / "loop")
+    report = api.analyze(job, db=history)
+    files = {e["path"]: e for e in report["files"]["errors"]}
+    assert files["empty.log"]["error"] == "empty file"
+    assert "binary" in files["core.bin"]["error"]
+    assert "not a regular file" in files["fr_dump.pipe"]["error"]
+    assert "cannot stat" in files["dangling.log"]["error"]
+    assert files["truncated.log.gz"]["status"] == "partial"
+    assert "latin1.log" not in files and "long_line.log" not in files  # read, with replacement characters
+    assert not any(p.startswith("loop/") for p in files)
+    assert [e["rank"] for e in report["ranks"]][:1] == [1]
+    assert api.runs(db=history)[0]["run_id"] == report["run_id"]
+
+
+def test_missing_directory_and_nothing_readable_are_one_sentence_errors(tmp_path):
+    with pytest.raises(PostmortemError, match="No such directory"):
+        api.analyze(tmp_path / "nope", keep=False)
+    (tmp_path / "junk.bin").write_bytes(b"\x00\x01" * 100)
+    with pytest.raises(PostmortemError, match="Nothing readable"):
+        api.analyze(tmp_path, keep=False)

@@ -1,0 +1,135 @@
+"""The signature engine: signature files as data, safe queries and templates, roles and verdicts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from postmortem import api, catalog, engine
+from postmortem.cli import app
+from postmortem.errors import PostmortemError
+
+from .conftest import sample_dir, scenario_names
+
+MINIMAL = """
+id = "{id}"
+title = "t"
+severity = "warning"
+role = "symptom"
+description = "d"
+queries = ["{query}"]
+summary = "{summary}"
+"""
+
+
+def write_sig(path, id="my-sig", query="SELECT rank, ts, file, line_no AS line, message AS text FROM events "
+              "WHERE run_id = $run_id AND kind = 'exception'", summary="seen on {ranks}"):
+    path.write_text(MINIMAL.format(id=id, query=query, summary=summary))
+    return path
+
+
+def test_builtin_signatures_load_and_use_contract_ids():
+    found, broken = catalog.load_all()
+    assert broken == []
+    assert {s.id for s in found} <= set(catalog.CONTRACT_IDS)
+    assert all(s.limits.strip() for s in found), "every signature says what a match does not establish"
+
+
+def test_a_broken_user_signature_is_reported_and_skipped(tmp_path):
+    (tmp_path / "bad.toml").write_text("id = 'x'\ntitle = [unclosed")
+    (tmp_path / "incomplete.toml").write_text('id = "y"\ntitle = "t"\n')
+    write_sig(tmp_path / "good.toml")
+    found, broken = catalog.load_all(tmp_path)
+    assert "my-sig" in {s.id for s in found}
+    reasons = dict(broken)
+    assert "not valid TOML" in reasons[str(tmp_path / "bad.toml")]
+    assert "missing or empty" in reasons[str(tmp_path / "incomplete.toml")]
+
+
+def test_user_signature_runs_in_analyze_and_a_failing_one_does_not_stop_the_others(tmp_path):
+    write_sig(tmp_path / "good.toml")
+    write_sig(tmp_path / "writes.toml", id="evil", query="DELETE FROM events")
+    report = api.analyze(sample_dir("rank_exception"), keep=False, signatures=tmp_path)
+    mine = [f for f in report["findings"] if f["signature"] == "my-sig"]
+    assert mine and mine[0]["summary"] == "seen on 0, 1"
+    assert "evil" not in {f["signature"] for f in report["findings"]}
+    assert report["verdict"]["signature"] == "rank-crash"  # the built-ins still ran
+
+
+def test_queries_must_be_a_single_select():
+    con, run_id, _ = api.load(sample_dir("healthy"))
+    for sql in ("DELETE FROM events", "SELECT 1; DROP TABLE events", "COPY events TO '/tmp/x.csv'"):
+        sig = catalog.Signature(id="x", title="t", severity="info", role="context", description="d",
+                                origin="test", queries=[sql])
+        with pytest.raises(ValueError, match="single SELECT"):
+            engine.evidence_rows(con, sig, run_id)
+    assert con.execute("select count(*) from events").fetchall()[0][0] > 0
+
+
+def test_templates_take_plain_names_only():
+    assert engine.render("rank {rank} at {where}", {"rank": 3}) == "rank 3 at ?"
+    assert "template error" in engine.render("{rank.__class__}", {"rank": 3})
+
+
+def test_a_specific_root_cause_turns_the_general_one_into_context():
+    general = engine.Finding("rank-crash", "root_cause", "critical", 0.9, [1], "s", [], "r")
+    specific = engine.Finding("native-crash", "root_cause", "critical", 0.85, [1], "s", [], "r",
+                              refines=["rank-crash"], explains=["collective-timeout"])
+    symptom = engine.Finding("collective-timeout", "symptom", "error", 0.6, [0], "timed out", [], "r")
+    ranked = engine.rank_findings([general, symptom, specific])
+    assert [f.signature for f in ranked] == ["native-crash", "collective-timeout", "rank-crash"]
+    assert general.role == "context" and "explained by native-crash" in symptom.summary
+    assert engine.verdict(ranked) is specific
+
+
+def test_signatures_test_command_prints_the_evidence(tmp_path):
+    result = CliRunner().invoke(app, ["signatures", "test", str(write_sig(tmp_path / "s.toml")),
+                                      str(sample_dir("rank_exception"))])
+    assert result.exit_code == 0, result.output
+    assert "my-sig: matched" in result.output and "ValueError" in result.output
+
+
+def test_signatures_test_refuses_an_invalid_file_with_a_sentence(tmp_path):
+    (tmp_path / "s.toml").write_text("id = 1")
+    with pytest.raises(PostmortemError, match="not a valid signature"):
+        api.test_signature(tmp_path / "s.toml", sample_dir("healthy"))
+
+
+def test_exit_code_follows_fail_on(tmp_path, history):
+    runner = CliRunner()
+    crashed = str(sample_dir("rank_sigkill"))
+    assert runner.invoke(app, ["analyze", crashed, "-q"]).exit_code == 1
+    assert runner.invoke(app, ["analyze", crashed, "-q", "--fail-on", "critical"]).exit_code == 1
+    assert runner.invoke(app, ["analyze", str(sample_dir("healthy")), "-q"]).exit_code == 0
+
+
+def test_every_scenario_names_only_known_signature_ids():
+    names = scenario_names()
+    assert names, "sample_logs/ has no scenarios"
+    for name in names:
+        expected = json.loads((sample_dir(name) / "expected.json").read_text())
+        ids = set(expected["signatures"]) | ({expected["root_cause"]} if expected["root_cause"] else set())
+        assert ids <= set(catalog.CONTRACT_IDS), (name, ids)
+        assert isinstance(expected["culprit_ranks"], list)
+
+
+RECOGNISED = {s.id for s in catalog.load_all()[0]}
+
+
+@pytest.mark.parametrize("name", scenario_names())
+def test_verdict_matches_the_scenario_where_this_build_knows_its_root_cause(name, report_of):
+    expected = json.loads((sample_dir(name) / "expected.json").read_text())
+    root = expected["root_cause"]
+    report = report_of(name)
+    if root is None:
+        assert [f for f in report["findings"] if f["severity"] in ("warning", "error", "critical")] == []
+    elif root in RECOGNISED:
+        assert report["verdict"]["signature"] == root
+        if expected["culprit_ranks"]:
+            assert report["verdict"]["culprit_ranks"] == expected["culprit_ranks"]
+        if expected.get("user_line"):
+            verdict = next(f for f in report["findings"] if f["signature"] == root)
+            said = verdict["summary"] + verdict["remediation"] + json.dumps(verdict["evidence"])
+            assert expected["user_line"].split("/")[-1] in said

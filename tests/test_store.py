@@ -1,0 +1,73 @@
+"""The history database: one transaction per run, migrations, read-only queries, concurrent writers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from postmortem import api, store
+from postmortem.errors import PostmortemError
+from postmortem.schema import SCHEMA_VERSION, TABLES
+
+
+def test_a_run_lands_in_history_and_show_rebuilds_the_same_report(sample, history):
+    report = api.analyze(sample("rank_sigkill"), db=history)
+    assert [r["run_id"] for r in api.runs(db=history)] == [report["run_id"]]
+    again = api.show(report["run_id"][:17], db=history)
+    assert again == report
+    names, rows = api.query("select rank, count(*) from events group by rank order by rank", db=history)
+    assert names == ["rank", "count_star()"] and [r[0] for r in rows if r[0] is not None] == [0, 1]
+
+
+def test_history_has_every_table_and_the_schema_version(sample, history):
+    api.analyze(sample("healthy"), db=history)
+    con = duckdb.connect(str(history), read_only=True)
+    tables = {r[0] for r in con.execute("select table_name from information_schema.tables").fetchall()}
+    assert set(TABLES) | {"schema_version"} <= tables
+    assert con.execute("select max(version) from schema_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_failure_while_copying_a_run_leaves_no_half_run(sample, history):
+    api.analyze(sample("healthy"), db=history)  # an earlier, complete run
+    con, run_id, _ = api.ingest(sample("rank_exception"), keep=False)
+    con.execute("ALTER TABLE failures RENAME TO failures_gone")  # the copy breaks after runs/files/events
+    with pytest.raises(duckdb.Error):
+        store.persist(con, history, run_id)
+    check = duckdb.connect(str(history), read_only=True)
+    for table in ("runs", "files", "events"):
+        assert check.execute(f"select count(*) from {table} where run_id = ?", [run_id]).fetchone()[0] == 0
+    assert check.execute("select count(*) from runs").fetchone()[0] == 1
+
+
+def test_a_history_from_a_newer_postmortem_is_refused_with_a_sentence(tmp_path):
+    db = tmp_path / "future.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("create table schema_version (version integer, applied_at timestamp)")
+    con.execute("insert into schema_version values (?, now())", [SCHEMA_VERSION + 1])
+    con.close()
+    with pytest.raises(PostmortemError, match="newer postmortem"):
+        api.query("select 1", db=db)
+
+
+def test_sql_is_read_only_unless_write_is_asked(sample, history):
+    api.analyze(sample("healthy"), db=history)
+    with pytest.raises(PostmortemError, match="SQL error"):
+        api.query("delete from runs", db=history)
+    api.query("delete from runs", db=history, write=True)
+    assert api.query("select count(*) from runs", db=history)[1] == [(0,)]
+
+
+def test_no_history_yet_is_a_clear_error(tmp_path):
+    with pytest.raises(PostmortemError, match="No history database"):
+        api.runs(db=tmp_path / "none.duckdb")
+
+
+def test_two_analyses_writing_the_same_history_at_once_both_land(sample, history):
+    code = "import sys; from postmortem import api; api.analyze(sys.argv[1], db=sys.argv[2])"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(sample(name)), str(history)])
+             for name in ("healthy", "rank_sigkill")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert len(api.runs(db=history)) == 2
