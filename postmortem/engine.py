@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import re
 import string
 import threading
 from dataclasses import dataclass, field
@@ -60,6 +61,9 @@ class _Template(string.Formatter):
 
 
 def render(template: str, values: dict) -> str:
+    # TOML's multi-line strings wrap at the author's width: a single newline is a space,
+    # a blank line a paragraph break.
+    template = re.sub(r"(?<!\n)\n(?!\n)", " ", template.strip())
     try:
         return _Template().format(template, **values).strip()
     except (ValueError, IndexError, KeyError) as exc:

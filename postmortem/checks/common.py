@@ -45,7 +45,9 @@ def stack_positions(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, di
             SELECT rank, min(origin) AS origin FROM main WHERE thread = 'MainThread' GROUP BY rank
         )
         SELECT m.rank,
-               arg_min(m.function || ' (' || m.file || coalesce(':' || m.line, '') || ')', m.depth) AS innermost,
+               -- the innermost frame worth naming: Queue.get, not the Condition.wait inside it
+               arg_min(m.function || ' (' || m.file || coalesce(':' || m.line, '') || ')', m.depth)
+                   FILTER (m.file NOT LIKE '%threading.py') AS innermost,
                arg_min(m.function, m.depth) FILTER (m.file LIKE '%distributed_c10d.py') AS collective,
                bool_or(m.function IN ('backward', '_engine_run_backward')) AS in_backward,
                arg_min(m.file || ':' || m.line, m.depth) FILTER ({NOT_USER_SQL} AND m.line IS NOT NULL) AS user_line,
