@@ -9,6 +9,7 @@ Data flows one way: discover -> parse -> load (staging DuckDB) -> summarize -> p
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from collections.abc import Callable
@@ -177,3 +178,45 @@ def query(sql: str, db: str | Path | None = None, write: bool = False) -> tuple[
     if cur.description is None:
         return [], []
     return [d[0] for d in cur.description], cur.fetchall()
+
+
+def scenario_dirs(paths: list[str | Path]) -> list[Path]:
+    """The scenario folders (holding expected.json) among ``paths`` and their children."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "expected.json").is_file():
+            found.append(p)
+        elif p.is_dir():
+            found += sorted(c for c in p.iterdir() if (c / "expected.json").is_file())
+        else:
+            raise PostmortemError(f"No such directory: {p}")
+    if not found:
+        raise PostmortemError("No scenario folders (with expected.json) in " + ", ".join(map(str, paths)))
+    return found
+
+
+def evaluate(paths: list[str | Path]) -> list[dict]:
+    """Analyze each scenario folder and compare the verdict with its expected.json."""
+    rows = []
+    for scenario in scenario_dirs(paths):
+        try:
+            expected = json.loads((scenario / "expected.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise PostmortemError(f"{scenario}/expected.json is not readable JSON: {exc}") from exc
+        report = analyze(scenario, keep=False)
+        got = report["verdict"]
+        finding = next((f for f in report["findings"] if f["signature"] == got["signature"]), None)
+        said = json.dumps(finding) if finding else ""
+        want_line = expected.get("user_line")
+        root_ok = got["signature"] == expected.get("root_cause")
+        culprit_ok = not expected.get("culprit_ranks") or got["culprit_ranks"] == expected["culprit_ranks"]
+        line_ok = not want_line or want_line.split("/")[-1] in said
+        quiet_ok = expected.get("root_cause") is not None or not any(
+            f["severity"] in ("warning", "error", "critical") for f in report["findings"])
+        rows.append({
+            "scenario": scenario.name, "expected": expected.get("root_cause"), "found": got["signature"],
+            "expected_ranks": expected.get("culprit_ranks") or [], "found_ranks": got["culprit_ranks"],
+            "user_line": want_line, "root_ok": root_ok and quiet_ok, "culprit_ok": culprit_ok, "line_ok": line_ok,
+            "ok": root_ok and quiet_ok and culprit_ok and line_ok,
+        })
+    return rows

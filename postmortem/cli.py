@@ -267,5 +267,39 @@ def test_signature(
     out.print(table)
 
 
+@app.command(name="eval")
+def evaluate(
+    directories: list[Path] = typer.Argument(..., help="Scenario folders with expected.json, or folders of them."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+) -> None:
+    """Check the analyzer against scenarios whose answer is known (expected.json).
+
+    Example:  postmortem eval sample_logs/
+    """
+    _check_format(fmt, ("table", "json"))
+    try:
+        rows = api.evaluate(directories)
+    except PostmortemError as exc:
+        _fail(exc)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+    else:
+        table = Table(title="postmortem eval", title_justify="left")
+        for col in ("scenario", "expected", "found", "culprit", "user line", "ok"):
+            table.add_column(col, overflow="fold")
+        mark = lambda ok: "yes" if ok else "NO"  # noqa: E731
+        for r in rows:
+            table.add_row(r["scenario"], str(r["expected"]), str(r["found"]),
+                          f"{r['expected_ranks']} / {r['found_ranks']} {mark(r['culprit_ok'])}",
+                          f"{r['user_line'] or '-'} {mark(r['line_ok'])}", mark(r["ok"]))
+        out.print(table)
+    n, ok = len(rows), sum(r["ok"] for r in rows)
+    root = sum(r["root_ok"] for r in rows)
+    culprit = sum(r["culprit_ok"] for r in rows)
+    err.print(f"verdicts {root}/{n} ({root / n:.0%}), culprits {culprit}/{n} ({culprit / n:.0%}), "
+              f"all correct {ok}/{n} ({ok / n:.0%})")
+    raise typer.Exit(0 if ok == n else 1)
+
+
 def main() -> None:
     app()
