@@ -36,13 +36,13 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def _parse_file(con: duckdb.DuckDBPyConnection, run_id: str, source: Source) -> dict:
+def _parse_file(out: store.Batcher, source: Source) -> dict:
     """Parse one file into the staging tables; never raises for what is in the file."""
     parser = _PARSERS[source.kind]
     row = {"path": source.name, "kind": source.kind, "rank": source.rank, "bytes": source.bytes, "parser": parser.__name__.rsplit(".", 1)[-1], "status": "parsed", "error": None}
     try:
         for table, frame in parser.parse(source):
-            store.append(con, table, run_id, frame)
+            out.add(table, frame)
     except (OSError, EOFError, ValueError, UnicodeError) as exc:
         row["status"] = "partial"
         source.notes.append(f"stopped reading: {type(exc).__name__}: {exc}"[:500])
@@ -56,20 +56,24 @@ def _parse_file(con: duckdb.DuckDBPyConnection, run_id: str, source: Source) -> 
     return row
 
 
-def load(path: str | Path, progress: Progress | None = None) -> tuple[duckdb.DuckDBPyConnection, str, discovery.Discovery]:
+def load(
+    path: str | Path, progress: Progress | None = None, limits: discovery.Limits = discovery.Limits()
+) -> tuple[duckdb.DuckDBPyConnection, str, discovery.Discovery]:
     """Discover and parse a log directory into a new staging database (nothing matched yet)."""
-    found = discovery.discover(Path(path))
+    found = discovery.discover(Path(path), limits)
     con = store.staging()
     run_id = new_run_id()
     total_files, total_bytes = len(found.sources), sum(s.bytes for s in found.sources)
     done_files = done_bytes = 0
     rows = list(found.skipped)
+    out = store.Batcher(con, run_id)
     for source in found.sources:
         if progress:
             progress(done_files, done_bytes, total_files, total_bytes, source.name)
-        rows.append(_parse_file(con, run_id, source))
+        rows.append(_parse_file(out, source))
         done_files += 1
         done_bytes += source.bytes
+    out.flush()
     if progress:
         progress(done_files, done_bytes, total_files, total_bytes, "")
     if not found.sources:
@@ -90,12 +94,13 @@ def ingest(
     keep: bool = True,
     signatures: str | Path | None = None,
     fail_on: str = "error",
+    limits: discovery.Limits = discovery.Limits(),
 ) -> tuple[duckdb.DuckDBPyConnection, str, discovery.Discovery]:
     """Load a log directory, match the signatures, and persist it all to history when ``keep``.
 
     Returns the staging connection, the run id and what discovery found.
     """
-    con, run_id, found = load(path, progress)
+    con, run_id, found = load(path, progress, limits)
     sigs, broken = catalog.load_all(Path(signatures) if signatures else None)
     findings = engine.match(con, run_id, sigs, broken)
     for origin, why in broken:
@@ -124,9 +129,11 @@ def analyze(
     keep: bool = True,
     signatures: str | Path | None = None,
     fail_on: str = "error",
+    limits: discovery.Limits = discovery.Limits(),
 ) -> dict:
     """Analyze a job's log directory: the report dict of DESIGN.md's JSON contract."""
-    con, run_id, _ = ingest(path, db=db, progress=progress, keep=keep, signatures=signatures, fail_on=fail_on)
+    con, run_id, _ = ingest(path, db=db, progress=progress, keep=keep, signatures=signatures, fail_on=fail_on,
+                            limits=limits)
     return summary.report(con, run_id)
 
 

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progres
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__, api, catalog, engine, report
+from . import __version__, api, catalog, discover, engine, report
 from .errors import PostmortemError
 
 app = typer.Typer(
@@ -33,6 +33,20 @@ DbOption = typer.Option(None, "--db", envvar="POSTMORTEM_DB",
                         help="History database (default ~/.local/share/postmortem/history.duckdb).")
 QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bar.")
 SignaturesOption = typer.Option(None, "--signatures", help="A directory of your own signature files (*.toml).")
+MaxFilesOption = typer.Option(None, "--max-files", help="Refuse a directory with more files than this.")
+MaxBytesOption = typer.Option(None, "--max-bytes", help="Refuse a directory larger than this (bytes; 2G, 500M work).")
+
+
+def _limits(max_files: Optional[int], max_bytes: Optional[str]) -> discover.Limits:
+    size = None
+    if max_bytes is not None:
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+        text = max_bytes.strip().upper().removesuffix("B").removesuffix("I")
+        try:
+            size = int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
+        except ValueError:
+            _fail(PostmortemError(f"--max-bytes: {max_bytes!r} is not a size (e.g. 500M, 2G, 1048576)."))
+    return discover.Limits(max_files=max_files, max_bytes=size)
 
 
 def _version(value: bool) -> None:
@@ -65,7 +79,7 @@ def _progress(quiet: bool):
 
 
 def _fail(exc: PostmortemError) -> None:
-    err.print(f"postmortem: {exc}", style="red", highlight=False)
+    err.print(Text(f"postmortem: {exc}", style="red"), soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -93,6 +107,8 @@ def analyze(
     db: Optional[Path] = DbOption,
     no_history: bool = typer.Option(False, "--no-history", help="Don't record the run in the history."),
     extra: Optional[Path] = SignaturesOption,
+    max_files: Optional[int] = MaxFilesOption,
+    max_bytes: Optional[str] = MaxBytesOption,
     quiet: bool = QuietOption,
 ) -> None:
     """Analyze a job's logs and print the verdict.
@@ -103,7 +119,8 @@ def analyze(
     if fail_on not in catalog.SEVERITIES:
         _fail(PostmortemError(f"--fail-on must be one of {', '.join(catalog.SEVERITIES)}."))
     bar, update = _progress(quiet)
-    options = dict(db=db, keep=not no_history, signatures=extra, fail_on=fail_on)
+    options = dict(db=db, keep=not no_history, signatures=extra, fail_on=fail_on,
+                   limits=_limits(max_files, max_bytes))
     try:
         if bar:
             with bar:
@@ -120,6 +137,8 @@ def analyze(
 def ingest(
     directory: Path = typer.Argument(..., help="The job's log directory."),
     db: Optional[Path] = DbOption,
+    max_files: Optional[int] = MaxFilesOption,
+    max_bytes: Optional[str] = MaxBytesOption,
     quiet: bool = QuietOption,
 ) -> None:
     """Parse a job's logs into the history database without printing a verdict.
@@ -128,11 +147,12 @@ def ingest(
     """
     bar, update = _progress(quiet)
     try:
+        limits = _limits(max_files, max_bytes)
         if bar:
             with bar:
-                _, run_id, found = api.ingest(directory, db=db, progress=update)
+                _, run_id, found = api.ingest(directory, db=db, progress=update, limits=limits)
         else:
-            _, run_id, found = api.ingest(directory, db=db)
+            _, run_id, found = api.ingest(directory, db=db, limits=limits)
     except PostmortemError as exc:
         _fail(exc)
     out.print(f"{run_id}: {len(found.sources)} files read, {len(found.skipped)} skipped")

@@ -144,7 +144,36 @@ def classify(head: bytes, name: str) -> str | None:
     return None
 
 
-def discover(root: Path) -> Discovery:
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Guards against pointing the analyzer at the wrong directory (a home, a whole share)."""
+
+    max_files: int | None = None
+    max_bytes: int | None = None
+
+    def check(self, root: Path, files: list[tuple[Path, os.stat_result]]) -> None:
+        size = sum(st.st_size for _, st in files)
+        if self.max_files is not None and len(files) > self.max_files:
+            raise PostmortemError(
+                f"{root} holds {len(files)} files, more than --max-files {self.max_files}: "
+                "point at the job's log directory, or raise the limit."
+            )
+        if self.max_bytes is not None and size > self.max_bytes:
+            raise PostmortemError(
+                f"{root} holds {human_bytes(size)}, more than --max-bytes {human_bytes(self.max_bytes)}: "
+                "point at the job's log directory, or raise the limit."
+            )
+
+
+def discover(root: Path, limits: Limits = Limits()) -> Discovery:
     root = Path(root)
     if not root.exists():
         raise PostmortemError(f"No such directory: {root}")
@@ -152,6 +181,7 @@ def discover(root: Path) -> Discovery:
         raise PostmortemError(f"Not a directory: {root} (give the job's log directory)")
     found = Discovery(root=root.resolve())
     files = walk(found.root, found.skipped)
+    limits.check(root, files)
     digest = hashlib.sha256()
     consoles: list[Source] = []
     dedicated: set[int] = set()

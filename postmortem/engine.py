@@ -97,7 +97,8 @@ def _run_check(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> list[d
 
 
 def evidence_rows(con: duckdb.DuckDBPyConnection, sig: Signature, run_id: str,
-                  timeout_s: float = QUERY_TIMEOUT_S) -> list[dict]:
+                  timeout_s: float | None = None) -> list[dict]:
+    timeout_s = QUERY_TIMEOUT_S if timeout_s is None else timeout_s
     rows: list[dict] = []
     if sig.check:
         rows += _run_check(con, sig.check, run_id)

@@ -52,6 +52,30 @@ def append(con: duckdb.DuckDBPyConnection, table: str, run_id: str, df: pl.DataF
         con.unregister("_incoming")
 
 
+class Batcher:
+    """Collects parsers' frames and appends them in large batches: a DuckDB insert costs
+    about a millisecond however small, and a job can have thousands of small files."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, max_rows: int = 250_000):
+        self.con, self.run_id, self.max_rows = con, run_id, max_rows
+        self.pending: dict[str, list[pl.DataFrame]] = {}
+        self.rows = 0
+
+    def add(self, table: str, df: pl.DataFrame) -> None:
+        if df.height == 0:
+            return
+        self.pending.setdefault(table, []).append(df)
+        self.rows += df.height
+        if self.rows >= self.max_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        for table, frames in self.pending.items():
+            append(self.con, table, self.run_id, pl.concat(frames, how="vertical_relaxed"))
+        self.pending.clear()
+        self.rows = 0
+
+
 def _schema_version(con: duckdb.DuckDBPyConnection, catalog: str) -> int:
     exists = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = 'schema_version'",
