@@ -57,7 +57,10 @@ def _parse_file(out: store.Batcher, source: Source) -> dict:
 
 
 def load(
-    path: str | Path, progress: Progress | None = None, limits: discovery.Limits = discovery.Limits()
+    path: str | Path,
+    progress: Progress | None = None,
+    limits: discovery.Limits = discovery.Limits(),
+    labels: dict[str, str] | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, str, discovery.Discovery]:
     """Discover and parse a log directory into a new staging database (nothing matched yet)."""
     found = discovery.discover(Path(path), limits)
@@ -83,7 +86,7 @@ def load(
     store.append(con, "files", run_id, summary.files_frame(rows))
     summary.attribute_ranks_by_pid(con, run_id)
     summary.refine_untimed(con, run_id)
-    store.append(con, "runs", run_id, summary.runs_frame(summary.run_facts(con, run_id, found)))
+    store.append(con, "runs", run_id, summary.runs_frame(summary.run_facts(con, run_id, found, labels)))
     return con, run_id, found
 
 
@@ -95,12 +98,13 @@ def ingest(
     signatures: str | Path | None = None,
     fail_on: str = "error",
     limits: discovery.Limits = discovery.Limits(),
+    labels: dict[str, str] | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, str, discovery.Discovery]:
     """Load a log directory, match the signatures, and persist it all to history when ``keep``.
 
     Returns the staging connection, the run id and what discovery found.
     """
-    con, run_id, found = load(path, progress, limits)
+    con, run_id, found = load(path, progress, limits, labels)
     sigs, broken = catalog.load_all(Path(signatures) if signatures else None)
     findings = engine.match(con, run_id, sigs, broken)
     for origin, why in broken:
@@ -130,10 +134,11 @@ def analyze(
     signatures: str | Path | None = None,
     fail_on: str = "error",
     limits: discovery.Limits = discovery.Limits(),
+    labels: dict[str, str] | None = None,
 ) -> dict:
     """Analyze a job's log directory: the report dict of DESIGN.md's JSON contract."""
     con, run_id, _ = ingest(path, db=db, progress=progress, keep=keep, signatures=signatures, fail_on=fail_on,
-                            limits=limits)
+                            limits=limits, labels=labels)
     return summary.report(con, run_id)
 
 

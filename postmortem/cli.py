@@ -16,7 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progres
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__, api, catalog, discover, engine, report
+from . import __version__, api, catalog, discover, engine, metadata, report
 from .errors import PostmortemError
 
 app = typer.Typer(
@@ -33,6 +33,11 @@ DbOption = typer.Option(None, "--db", envvar="POSTMORTEM_DB",
                         help="History database (default ~/.local/share/postmortem/history.duckdb).")
 QuietOption = typer.Option(False, "--quiet", "-q", help="No progress bar.")
 SignaturesOption = typer.Option(None, "--signatures", help="A directory of your own signature files (*.toml).")
+LabelOption = typer.Option([], "--label", "-l", help="Attach key=value to the run (repeatable): job_id, user, ...")
+SchedulerEnvOption = typer.Option(
+    False, "--scheduler-env",
+    help="Take job id, user and nodes from the scheduler's environment (SLURM_*, TORCHELASTIC_RUN_ID): "
+         "for epilogs, which run in the failed job's environment.")
 MaxFilesOption = typer.Option(None, "--max-files", help="Refuse a directory with more files than this.")
 MaxBytesOption = typer.Option(None, "--max-bytes", help="Refuse a directory larger than this (bytes; 2G, 500M work).")
 
@@ -47,6 +52,15 @@ def _limits(max_files: Optional[int], max_bytes: Optional[str]) -> discover.Limi
         except ValueError:
             _fail(PostmortemError(f"--max-bytes: {max_bytes!r} is not a size (e.g. 500M, 2G, 1048576)."))
     return discover.Limits(max_files=max_files, max_bytes=size)
+
+
+def _labels(pairs: list[str], from_env: bool) -> dict[str, str]:
+    try:
+        labels = metadata.scheduler_labels() if from_env else {}
+        labels.update(metadata.parse_labels(pairs))
+    except PostmortemError as exc:
+        _fail(exc)
+    return labels
 
 
 def _version(value: bool) -> None:
@@ -109,6 +123,8 @@ def analyze(
     extra: Optional[Path] = SignaturesOption,
     max_files: Optional[int] = MaxFilesOption,
     max_bytes: Optional[str] = MaxBytesOption,
+    label: list[str] = LabelOption,
+    scheduler_env: bool = SchedulerEnvOption,
     quiet: bool = QuietOption,
 ) -> None:
     """Analyze a job's logs and print the verdict.
@@ -120,7 +136,7 @@ def analyze(
         _fail(PostmortemError(f"--fail-on must be one of {', '.join(catalog.SEVERITIES)}."))
     bar, update = _progress(quiet)
     options = dict(db=db, keep=not no_history, signatures=extra, fail_on=fail_on,
-                   limits=_limits(max_files, max_bytes))
+                   limits=_limits(max_files, max_bytes), labels=_labels(label, scheduler_env))
     try:
         if bar:
             with bar:
@@ -139,6 +155,8 @@ def ingest(
     db: Optional[Path] = DbOption,
     max_files: Optional[int] = MaxFilesOption,
     max_bytes: Optional[str] = MaxBytesOption,
+    label: list[str] = LabelOption,
+    scheduler_env: bool = SchedulerEnvOption,
     quiet: bool = QuietOption,
 ) -> None:
     """Parse a job's logs into the history database without printing a verdict.
@@ -147,12 +165,12 @@ def ingest(
     """
     bar, update = _progress(quiet)
     try:
-        limits = _limits(max_files, max_bytes)
+        options = dict(db=db, limits=_limits(max_files, max_bytes), labels=_labels(label, scheduler_env))
         if bar:
             with bar:
-                _, run_id, found = api.ingest(directory, db=db, progress=update, limits=limits)
+                _, run_id, found = api.ingest(directory, progress=update, **options)
         else:
-            _, run_id, found = api.ingest(directory, db=db, limits=limits)
+            _, run_id, found = api.ingest(directory, **options)
     except PostmortemError as exc:
         _fail(exc)
     out.print(f"{run_id}: {len(found.sources)} files read, {len(found.skipped)} skipped")

@@ -35,6 +35,9 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("verdict", "VARCHAR", "signature id of the root cause, if any"),
         ("exit_status", "INTEGER", "the CLI exit code for this analysis"),
         ("fingerprint", "VARCHAR", "hash of the input files' names, sizes and mtimes"),
+        ("user", "VARCHAR", "who ran the job (scheduler env or --label user=...)"),
+        ("command", "VARCHAR", "the job's command line, when a log shows it"),
+        ("labels", "JSON", "--label key=value flags and scheduler variables (SLURM_*, TORCHELASTIC_RUN_ID, ...)"),
     ],
     "files": [
         ("run_id", "VARCHAR", ""),
@@ -74,6 +77,11 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("reason_class", "VARCHAR", "shape, python_scalar, dtype, type_id, global_state, other"),
         ("file", "VARCHAR", ""),
         ("line_no", "BIGINT", ""),
+        ("user_frame", "VARCHAR", "innermost frame of the user's code, file:line (not torch, site-packages, stdlib)"),
+        ("framework", "VARCHAR", "ddp, fsdp, torch, ...: the break/compile is inside torch's own code (context, not "
+                                 "blame); NULL for user code"),
+        ("source", "VARCHAR", "torch_logs (TORCH_LOGS text), torch_trace (TORCH_TRACE)"),
+        ("attrs", "JSON", "event fields: guard, expected/actual value, failures, guard kinds, timings, cache hit/miss"),
     ],
     "collectives": [
         ("run_id", "VARCHAR", ""),
@@ -130,6 +138,12 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("source", "VARCHAR", "profiler, log, snapshot, oom"),
         ("file", "VARCHAR", ""),
         ("line_no", "BIGINT", ""),
+        ("device", "INTEGER", "CUDA device index; -1 the CPU allocator (profiler)"),
+        ("peak_allocated", "BIGINT", "bytes: the peak a line reports (max_memory_allocated, Max_MA)"),
+        ("peak_reserved", "BIGINT", "bytes: the peak reserved a line reports (torchtitan's memory:)"),
+        ("delta", "BIGINT", "bytes this sample allocated (+) or freed (-): profiler [memory] events"),
+        ("site", "VARCHAR", "snapshot: the allocation site (file:line in function) of a group of live blocks"),
+        ("blocks", "BIGINT", "snapshot: live blocks allocated at that site"),
     ],
     "kernels": [
         ("run_id", "VARCHAR", ""),
@@ -137,8 +151,10 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("ts", "TIMESTAMP", ""),
         ("dur", "BIGINT", "microseconds"),
         ("name", "VARCHAR", ""),
-        ("category", "VARCHAR", "nccl, compute, memcpy, memset"),
+        ("category", "VARCHAR", "nccl, compute, memcpy, memset; step / gpu_step: a ProfilerStep span on the CPU / GPU"),
         ("stream", "INTEGER", ""),
+        ("device", "INTEGER", "CUDA device index"),
+        ("step", "BIGINT", "the ProfilerStep#N the kernel ran in (its GPU span), or the span's own N"),
     ],
     "failures": [
         ("run_id", "VARCHAR", ""),

@@ -108,7 +108,24 @@ def _versions(con, run_id) -> dict[str, str]:
     return {c: counts.most_common(1)[0][0] for c, counts in found.items()}
 
 
-def run_facts(con: duckdb.DuckDBPyConnection, run_id: str, found) -> dict:
+def _job_id_from_layout(con, run_id) -> str | None:
+    """torchrun's --log-dir holds `<rdzv run id>_<random>/attempt_N/`: the run id names the job."""
+    rows = con.execute(
+        r"SELECT regexp_extract(path, '(?:^|/)([^/]+)_[a-z0-9]{8}/attempt_\d+/', 1) AS id FROM files "
+        r"WHERE run_id = ? AND regexp_matches(path, '(?:^|/)[^/]+_[a-z0-9]{8}/attempt_\d+/') LIMIT 1",
+        [run_id]).fetchall()
+    job = rows[0][0] if rows else None
+    return None if job in (None, "", "none") else job
+
+
+def _command(con, run_id) -> str | None:
+    rows = con.execute(
+        "SELECT attrs->>'command' FROM events WHERE run_id = ? AND kind = 'process' AND rank IS NOT NULL "
+        "ORDER BY rank LIMIT 1", [run_id]).fetchall()
+    return rows[0][0] if rows else None
+
+
+def run_facts(con: duckdb.DuckDBPyConnection, run_id: str, found, labels: dict[str, str] | None = None) -> dict:
     ranks = [r[0] for r in con.execute(
         """
         SELECT DISTINCT rank FROM (
@@ -132,11 +149,12 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str, found) -> dict:
             "SELECT host FROM failures WHERE run_id = ? AND host IS NOT NULL", [run_id]).fetchall()})
     span = con.execute("SELECT min(ts), max(ts) FROM events WHERE run_id = ?", [run_id]).fetchall()[0]
     versions = _versions(con, run_id)
+    labels = labels or {}
     return {
         "run_id": run_id,
         "source_dir": str(found.root),
         "analyzed_at": datetime.now(timezone.utc).replace(tzinfo=None),
-        "job_id": None,
+        "job_id": labels.get("job_id") or labels.get("torchelastic_run_id") or _job_id_from_layout(con, run_id),
         "world_size": world,
         "ranks_seen": ranks,
         "hosts": hosts,
@@ -149,6 +167,9 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str, found) -> dict:
         "verdict": None,
         "exit_status": 0,
         "fingerprint": found.fingerprint,
+        "user": labels.get("user"),
+        "command": _command(con, run_id),
+        "labels": json.dumps(labels, sort_keys=True),
     }
 
 
@@ -321,6 +342,8 @@ def report(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         "postmortem_version": __version__,
         "run_id": run_id,
         "source_dir": run["source_dir"],
+        "job": {"id": run["job_id"], "user": run["user"], "command": run["command"],
+                "labels": json.loads(run["labels"]) if run["labels"] else {}},
         "world_size": run["world_size"],
         "ranks_seen": run["ranks_seen"] or [],
         "hosts": run["hosts"] or [],

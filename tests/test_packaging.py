@@ -21,5 +21,6 @@ def test_wheel_holds_only_the_postmortem_package_with_parsers_and_signature_file
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"postmortem"}
     assert "postmortem/parsers/runtime.py" in names
+    assert "postmortem/schema/report-1.json" in names
     signature_files = {Path(n).name for n in names if n.startswith("postmortem/signatures/") and n.endswith(".toml")}
     assert signature_files == {p.name for p in (ROOT / "signatures").glob("*.toml")}
