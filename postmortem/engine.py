@@ -114,13 +114,24 @@ def _confidence(sig: Signature, rows: list[dict]) -> float:
     return sig.confidence
 
 
+def rank_ranges(ranks: list[int]) -> str:
+    """[0, 2, 3, 4, 7] -> "0, 2-4, 7": a 512-rank job's rank list must stay readable."""
+    spans: list[list[int]] = []
+    for r in sorted(set(ranks)):
+        if spans and spans[-1][1] == r - 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}" for a, b in spans)
+
+
 def to_finding(sig: Signature, rows: list[dict]) -> Finding:
     culprits = [r for r in rows if r.get("culprit", True)]
     ranks = sorted({int(r["rank"]) for r in culprits if r.get("rank") is not None})
     first = culprits[0] if culprits else rows[0]
     values = {k: v for k, v in first.items()}
-    values.update(ranks=", ".join(map(str, ranks)) or "unknown", n=len(culprits),
-                  n_ranks=len(ranks), all_ranks=", ".join(str(r["rank"]) for r in rows if r.get("rank") is not None))
+    values.update(ranks=rank_ranges(ranks) or "unknown", n=len(culprits), n_ranks=len(ranks),
+                  all_ranks=rank_ranges([int(r["rank"]) for r in rows if r.get("rank") is not None]))
     evidence = [{"rank": r.get("rank"), "file": r.get("file"), "line": r.get("line"),
                  "ts": str(r["ts"]) if r.get("ts") is not None else None,
                  "text": (str(r["text"])[:500] if r.get("text") is not None else None)}

@@ -7,8 +7,12 @@ collective timeout) is a consequence, never the culprit.
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
+
 import duckdb
 
+from postmortem.engine import rank_ranges
 from postmortem.summary import rank_endings
 
 _FATAL_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"}
@@ -35,6 +39,22 @@ def _user_line(con: duckdb.DuckDBPyConnection, run_id: str, evidence: dict | Non
     return row[0][0] if row else None
 
 
+def _grouped(endings: list[dict]) -> str:
+    """How the other ranks ended, alike ones together: "ranks 0, 2-511: RuntimeError: ... by peer"."""
+    if not endings:
+        return "no other rank failed"
+    groups: dict[str, list[int]] = defaultdict(list)
+    for e in endings:
+        # ports, pids and addresses differ between ranks that ended the same way
+        groups[re.sub(r"\d+", "N", e["ended"][:100])].append(e["rank"])
+    parts = []
+    for _, ranks in sorted(groups.items(), key=lambda g: min(g[1])):
+        first = next(e for e in endings if e["rank"] == ranks[0])
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+        parts.append(f"{who}: {first['ended'][:120]}")
+    return "; ".join(parts)
+
+
 def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     endings = rank_endings(con, run_id)
     failed = [e for e in endings if e["ended"] != "no failure recorded"]
@@ -47,7 +67,7 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         "text": ev.get("text"), "culprit": True, "how": first["ended"], "case": _case(first),
         "signal": first["signal"], "pid": first["pid"], "host": first["host"],
         "user_line": _user_line(con, run_id, ev) or "unknown",
-        "others": "; ".join(f"rank {o['rank']}: {o['ended'][:120]}" for o in others) or "no other rank failed",
+        "others": _grouped(others),
         "confidence": 0.9 if others else 0.75,
     }]
     for o in others:
