@@ -162,13 +162,7 @@ def test_signature(signature_file: str | Path, path: str | Path) -> tuple[catalo
 def show(run_id: str, db: str | Path | None = None) -> dict:
     """The report of a run already in history (a unique prefix of its id is enough)."""
     con = store.open_history(Path(db) if db else store.default_db_path())
-    matches = [r[0] for r in con.execute(
-        "SELECT run_id FROM runs WHERE starts_with(run_id, ?) ORDER BY run_id", [run_id]).fetchall()]
-    if not matches:
-        raise PostmortemError(f"No run {run_id!r} in the history; `postmortem runs` lists them.")
-    if len(matches) > 1:
-        raise PostmortemError(f"{run_id!r} matches {len(matches)} runs ({', '.join(matches[:5])}); give more of the id.")
-    return summary.report(con, matches[0])
+    return summary.report(con, _resolve_run(con, run_id))
 
 
 def runs(db: str | Path | None = None, limit: int = 50) -> list[dict]:
@@ -232,3 +226,26 @@ def evaluate(paths: list[str | Path]) -> list[dict]:
             "ok": root_ok and quiet_ok and culprit_ok and line_ok,
         })
     return rows
+
+
+def history(question: str, db: str | Path | None = None, since: str | None = None,
+            run: str | None = None, other: str | None = None):
+    """Cross-run questions over the history: 'hosts', 'signatures' or 'compare' (run vs other)."""
+    from . import history as hist
+
+    con = store.open_history(Path(db) if db else store.default_db_path())
+    if question == "hosts":
+        return hist.hosts(con, hist.parse_since(since))
+    if question == "signatures":
+        return hist.signatures(con, hist.parse_since(since))
+    return hist.compare(con, _resolve_run(con, run), _resolve_run(con, other))
+
+
+def _resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
+    matches = [r[0] for r in con.execute(
+        "SELECT run_id FROM runs WHERE starts_with(run_id, ?) ORDER BY run_id", [run_id or ""]).fetchall()]
+    if not matches:
+        raise PostmortemError(f"No run {run_id!r} in the history; `postmortem runs` lists them.")
+    if len(matches) > 1:
+        raise PostmortemError(f"{run_id!r} matches {len(matches)} runs ({', '.join(matches[:5])}); give more of the id.")
+    return matches[0]

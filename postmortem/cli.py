@@ -339,5 +339,80 @@ def evaluate(
     raise typer.Exit(0 if ok == n else 1)
 
 
+history_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True)
+app.add_typer(history_app, name="history")
+
+
+@history_app.callback()
+def _history() -> None:
+    """Questions across runs in the history: bad nodes, frequent signatures, what changed.
+
+    Example:  postmortem history hosts --since 7d
+    """
+
+
+def _table(rows: list[dict], title: str = "") -> Table:
+    table = Table(title=title or None, title_justify="left")
+    for i, name in enumerate(rows[0] if rows else {}):
+        table.add_column(name, overflow="fold", no_wrap=i == 0)  # the first column is the row's key
+    for r in rows:
+        table.add_row(*(Text("" if v is None else str(v)[:200]) for v in r.values()))
+    return table
+
+
+def _history_rows(question: str, fmt: str, **options) -> None:
+    _check_format(fmt, ("table", "json"))
+    try:
+        result = api.history(question, **options)
+    except PostmortemError as exc:
+        _fail(exc)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(result, default=str, indent=1) + "\n")
+    elif isinstance(result, list):
+        out.print(_table(result) if result else Text("no runs in that window"))
+    else:
+        out.print(Text(f"{result['run']} compared with {result['compared_with']}", style="bold"))
+        for key in ("new_findings", "compiles", "memory", "step_time"):
+            if result[key]:
+                out.print(_table(result[key], key.replace("_", " ")))
+        if result["gone_findings"]:
+            out.print(Text("no longer found: " + ", ".join(result["gone_findings"])))
+
+
+SinceOption = typer.Option(None, "--since", help="Only runs analyzed in this window: 7d, 12h, 2w or a date.")
+HistoryFormat = typer.Option("table", "--format", "-f", help="table or json.")
+
+
+@history_app.command("hosts")
+def history_hosts(since: Optional[str] = SinceOption, fmt: str = HistoryFormat,
+                  db: Optional[Path] = DbOption) -> None:
+    """Hosts ranked by how often they carried the culprit rank of a hardware, NCCL, hang or crash finding.
+
+    Example:  postmortem history hosts --since 7d
+    """
+    _history_rows("hosts", fmt, db=db, since=since)
+
+
+@history_app.command("signatures")
+def history_signatures(since: Optional[str] = SinceOption, fmt: str = HistoryFormat,
+                       db: Optional[Path] = DbOption) -> None:
+    """How often each signature fired, and whether it is growing (later half of the window vs earlier).
+
+    Example:  postmortem history signatures --since 30d
+    """
+    _history_rows("signatures", fmt, db=db, since=since)
+
+
+@history_app.command("run")
+def history_run(run_id: str = typer.Argument(..., help="The run to look at."),
+                compare: str = typer.Option(..., "--compare", help="The run to compare it with."),
+                fmt: str = HistoryFormat, db: Optional[Path] = DbOption) -> None:
+    """What changed between two runs: findings, recompiles per frame, memory growth, step time.
+
+    Example:  postmortem history run 20261129-1501 --compare 20261122-0930
+    """
+    _history_rows("compare", fmt, db=db, run=run_id, other=compare)
+
+
 def main() -> None:
     app()

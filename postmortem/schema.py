@@ -151,7 +151,7 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("ts", "TIMESTAMP", ""),
         ("dur", "BIGINT", "microseconds"),
         ("name", "VARCHAR", ""),
-        ("category", "VARCHAR", "nccl, compute, memcpy, memset; step / gpu_step: a ProfilerStep span on the CPU / GPU"),
+        ("category", "VARCHAR", "nccl, compute, memcpy, memset; step_cpu / step_gpu: a ProfilerStep span on the CPU / GPU"),
         ("stream", "INTEGER", ""),
         ("device", "INTEGER", "CUDA device index"),
         ("step", "BIGINT", "the ProfilerStep#N the kernel ran in (its GPU span), or the span's own N"),
@@ -181,6 +181,33 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("evidence", "JSON", "[{rank, file, line, ts, text}]"),
         ("remediation", "VARCHAR", ""),
     ],
+}
+
+# Views over the history, for SQL users and `postmortem history`. Hosts come from NCCL's
+# `host:pid:tid` headers (the worker's own hostname), else torchrun's failure table.
+VIEWS: dict[str, str] = {
+    "v_runs": """
+        SELECT r.run_id, r.analyzed_at, r.job_id, r."user", r.source_dir, r.world_size, r.verdict, r.exit_status,
+               r.started_at, r.ended_at, r.torch_version, r.nccl_version,
+               (SELECT count(*) FROM findings f WHERE f.run_id = r.run_id) AS findings
+        FROM runs r""",
+    "v_findings": """
+        SELECT f.run_id, r.analyzed_at, r.job_id, r.source_dir, f.signature, f.role, f.severity, f.confidence,
+               f.summary, u.rank AS culprit_rank
+        FROM findings f JOIN runs r USING (run_id)
+        LEFT JOIN LATERAL (SELECT unnest(CASE WHEN len(f.ranks) > 0 THEN f.ranks ELSE [NULL] END) AS rank) u ON true""",
+    "v_rank_hosts": """
+        SELECT run_id, rank, coalesce(arg_max(nccl_host, n), arg_max(table_host, n)) AS host FROM (
+            SELECT run_id, rank, attrs->>'host' AS nccl_host, NULL AS table_host, count(*) AS n
+            FROM events WHERE kind LIKE 'nccl%' AND rank IS NOT NULL AND attrs->>'host' IS NOT NULL GROUP BY ALL
+            UNION ALL
+            SELECT run_id, rank, NULL, host, count(*) FROM failures
+            WHERE host IS NOT NULL AND rank IS NOT NULL GROUP BY ALL
+        ) GROUP BY run_id, rank""",
+    "v_host_faults": """
+        SELECT h.host, f.run_id, f.analyzed_at, f.job_id, f.signature, f.culprit_rank
+        FROM v_findings f JOIN v_rank_hosts h ON h.run_id = f.run_id AND h.rank = f.culprit_rank
+        WHERE f.role = 'root_cause'""",
 }
 
 _POLARS_TYPES = {
@@ -226,6 +253,10 @@ def conform(table: str, df: pl.DataFrame) -> pl.DataFrame:
             for c, t in schema.items()
         ]
     )
+
+
+def view_ddl() -> list[str]:
+    return [f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()]
 
 
 def ddl(table: str) -> str:

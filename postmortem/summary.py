@@ -111,8 +111,8 @@ def _versions(con, run_id) -> dict[str, str]:
 def _job_id_from_layout(con, run_id) -> str | None:
     """torchrun's --log-dir holds `<rdzv run id>_<random>/attempt_N/`: the run id names the job."""
     rows = con.execute(
-        r"SELECT regexp_extract(path, '(?:^|/)([^/]+)_[a-z0-9]{8}/attempt_\d+/', 1) AS id FROM files "
-        r"WHERE run_id = ? AND regexp_matches(path, '(?:^|/)[^/]+_[a-z0-9]{8}/attempt_\d+/') LIMIT 1",
+        r"SELECT regexp_extract(path, '(?:^|/)([^/]+)_[a-z0-9_]{8}/attempt_\d+/', 1) AS id FROM files "
+        r"WHERE run_id = ? AND regexp_matches(path, '(?:^|/)[^/]+_[a-z0-9_]{8}/attempt_\d+/') LIMIT 1",
         [run_id]).fetchall()
     job = rows[0][0] if rows else None
     return None if job in (None, "", "none") else job

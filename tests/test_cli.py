@@ -11,7 +11,7 @@ from postmortem import __version__
 from postmortem.cli import app
 
 runner = CliRunner()
-VERBS = ["analyze", "ingest", "sql", "runs", "show", "signatures"]
+VERBS = ["analyze", "ingest", "sql", "runs", "show", "signatures", "eval", "history"]
 
 
 def run(*args, env=None):

@@ -136,13 +136,14 @@ def test_a_signature_query_that_runs_too_long_is_cut_off(tmp_path, monkeypatch, 
 
 def _analyze_in_subprocess(path, db) -> subprocess.Popen:
     code = "import sys; from postmortem import api; api.analyze(sys.argv[1], db=sys.argv[2])"
-    return subprocess.Popen([sys.executable, "-c", code, str(path), str(db)])
+    return subprocess.Popen([sys.executable, "-c", code, str(path), str(db)], stderr=subprocess.PIPE, text=True)
 
 
 def test_eight_analyses_writing_one_history_at_once_all_land(history):
     names = ["healthy", "rank_sigkill", "rank_exception", "native_crash"] * 2
     procs = [_analyze_in_subprocess(sample_dir(n), history) for n in names]
-    assert [p.wait(timeout=300) for p in procs] == [0] * 8
+    outcomes = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert [rc for rc, _ in outcomes] == [0] * 8, [err[-2000:] for rc, err in outcomes if rc]
     runs = api.runs(db=history)
     assert len(runs) == 8 and len({r["run_id"] for r in runs}) == 8
 
