@@ -99,8 +99,10 @@ def ingest(
     fail_on: str = "error",
     limits: discovery.Limits = discovery.Limits(),
     labels: dict[str, str] | None = None,
+    parquet: str | Path | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, str, discovery.Discovery]:
-    """Load a log directory, match the signatures, and persist it all to history when ``keep``.
+    """Load a log directory, match the signatures, and persist it all to history when ``keep``
+    (and as Parquet under ``parquet``, the scale-out path: one tree written by every node).
 
     Returns the staging connection, the run id and what discovery found.
     """
@@ -113,6 +115,8 @@ def ingest(
     top = engine.verdict(findings)
     con.execute("UPDATE runs SET verdict = ?, exit_status = ? WHERE run_id = ?",
                 [top.signature if top else None, exit_status([f.severity for f in findings], fail_on), run_id])
+    if parquet is not None:
+        store.export_parquet(con, Path(parquet), run_id)
     if keep:
         store.persist(con, Path(db) if db else store.default_db_path(), run_id)
     return con, run_id, found
@@ -135,11 +139,16 @@ def analyze(
     fail_on: str = "error",
     limits: discovery.Limits = discovery.Limits(),
     labels: dict[str, str] | None = None,
+    with_series: bool = False,
 ) -> dict:
-    """Analyze a job's log directory: the report dict of DESIGN.md's JSON contract."""
+    """Analyze a job's log directory: the report dict of DESIGN.md's JSON contract
+    (with ``with_series``, also the per-step series the HTML report draws)."""
     con, run_id, _ = ingest(path, db=db, progress=progress, keep=keep, signatures=signatures, fail_on=fail_on,
                             limits=limits, labels=labels)
-    return summary.report(con, run_id)
+    report = summary.report(con, run_id)
+    if with_series:
+        report["series"] = summary.series(con, run_id)
+    return report
 
 
 def test_signature(signature_file: str | Path, path: str | Path) -> tuple[catalog.Signature, list[dict]]:
@@ -159,10 +168,14 @@ def test_signature(signature_file: str | Path, path: str | Path) -> tuple[catalo
     return sig, rows
 
 
-def show(run_id: str, db: str | Path | None = None) -> dict:
+def show(run_id: str, db: str | Path | None = None, with_series: bool = False) -> dict:
     """The report of a run already in history (a unique prefix of its id is enough)."""
     con = store.open_history(Path(db) if db else store.default_db_path())
-    return summary.report(con, _resolve_run(con, run_id))
+    run_id = _resolve_run(con, run_id)
+    report = summary.report(con, run_id)
+    if with_series:
+        report["series"] = summary.series(con, run_id)
+    return report
 
 
 def runs(db: str | Path | None = None, limit: int = 50) -> list[dict]:
@@ -174,9 +187,13 @@ def runs(db: str | Path | None = None, limit: int = 50) -> list[dict]:
     return [dict(zip(names, r)) for r in cur.fetchall()]
 
 
-def query(sql: str, db: str | Path | None = None, write: bool = False) -> tuple[list[str], list[tuple]]:
-    """Run SQL over the history; read-only unless ``write``."""
-    con = store.open_history(Path(db) if db else store.default_db_path(), write=write)
+def query(sql: str, db: str | Path | None = None, write: bool = False,
+          parquet: str | Path | None = None) -> tuple[list[str], list[tuple]]:
+    """Run SQL over the history (read-only unless ``write``), or over a Parquet tree."""
+    if parquet is not None:
+        con = store.parquet_history(Path(parquet))
+    else:
+        con = store.open_history(Path(db) if db else store.default_db_path(), write=write)
     try:
         cur = con.execute(sql)
     except duckdb.Error as exc:
@@ -249,3 +266,9 @@ def _resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
     if len(matches) > 1:
         raise PostmortemError(f"{run_id!r} matches {len(matches)} runs ({', '.join(matches[:5])}); give more of the id.")
     return matches[0]
+
+
+def export(out: str | Path, db: str | Path | None = None) -> dict[str, int]:
+    """Every run in the history as hive-partitioned Parquet under ``out``."""
+    con = store.open_history(Path(db) if db else store.default_db_path())
+    return store.export_parquet(con, Path(out))

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from . import __version__, api, catalog, discover, engine, metadata, report
 from .errors import PostmortemError
+from .html import to_html
 
 app = typer.Typer(
     help="Read every rank's logs of a crashed, hung or slow PyTorch job and say what went wrong.\n\n"
@@ -97,6 +98,19 @@ def _fail(exc: PostmortemError) -> None:
     raise typer.Exit(2)
 
 
+HtmlOption = typer.Option(None, "--html", help="Also write a self-contained HTML report with charts to this file.")
+
+
+def _write_html(rep: dict, path: Optional[Path]) -> None:
+    if path is None:
+        return
+    try:
+        path.write_text(to_html(rep), encoding="utf-8")
+    except OSError as exc:
+        _fail(PostmortemError(f"Cannot write {path}: {exc.strerror}"))
+    err.print(Text(f"wrote {path}", style="dim"))
+
+
 def _emit(rep: dict, fmt: str) -> None:
     if fmt == "json":
         sys.stdout.write(report.to_json(rep) + "\n")
@@ -125,18 +139,21 @@ def analyze(
     max_bytes: Optional[str] = MaxBytesOption,
     label: list[str] = LabelOption,
     scheduler_env: bool = SchedulerEnvOption,
+    html: Optional[Path] = HtmlOption,
     quiet: bool = QuietOption,
 ) -> None:
     """Analyze a job's logs and print the verdict.
 
     Example:  postmortem analyze ./job-logs/ --format json --quiet > verdict.json
+    Example:  postmortem analyze ./job-logs/ --html report.html
     """
     _check_format(fmt, ("rich", "text", "json", "markdown"))
     if fail_on not in catalog.SEVERITIES:
         _fail(PostmortemError(f"--fail-on must be one of {', '.join(catalog.SEVERITIES)}."))
     bar, update = _progress(quiet)
     options = dict(db=db, keep=not no_history, signatures=extra, fail_on=fail_on,
-                   limits=_limits(max_files, max_bytes), labels=_labels(label, scheduler_env))
+                   limits=_limits(max_files, max_bytes), labels=_labels(label, scheduler_env),
+                   with_series=html is not None)
     try:
         if bar:
             with bar:
@@ -145,6 +162,8 @@ def analyze(
             rep = api.analyze(directory, **options)
     except PostmortemError as exc:
         _fail(exc)
+    _write_html(rep, html)
+    rep.pop("series", None)
     _emit(rep, fmt)
     raise typer.Exit(api.exit_status([f["severity"] for f in rep["findings"]], fail_on))
 
@@ -157,15 +176,20 @@ def ingest(
     max_bytes: Optional[str] = MaxBytesOption,
     label: list[str] = LabelOption,
     scheduler_env: bool = SchedulerEnvOption,
+    parquet: Optional[Path] = typer.Option(
+        None, "--parquet", help="Also write the run as hive-partitioned Parquet under this directory."),
+    no_history: bool = typer.Option(False, "--no-history", help="Don't record the run in the history database."),
     quiet: bool = QuietOption,
 ) -> None:
     """Parse a job's logs into the history database without printing a verdict.
 
     Example:  postmortem ingest ./job-logs/ && postmortem sql "select kind, count(*) from files group by kind"
+    Example:  postmortem ingest ./job-logs/ --parquet /shared/postmortem/ --no-history   (in a node's epilog)
     """
     bar, update = _progress(quiet)
     try:
-        options = dict(db=db, limits=_limits(max_files, max_bytes), labels=_labels(label, scheduler_env))
+        options = dict(db=db, limits=_limits(max_files, max_bytes), labels=_labels(label, scheduler_env),
+                       parquet=parquet, keep=not no_history)
         if bar:
             with bar:
                 _, run_id, found = api.ingest(directory, progress=update, **options)
@@ -181,15 +205,17 @@ def sql(
     query: str = typer.Argument(..., help="SQL over the history tables (runs, files, events, failures, ...)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
     write: bool = typer.Option(False, "--write", help="Open the history for writing (default: read-only)."),
+    parquet: Optional[Path] = typer.Option(None, "--parquet", help="Query a Parquet tree (export / ingest --parquet)."),
     db: Optional[Path] = DbOption,
 ) -> None:
     """Query the run history with DuckDB SQL (read-only unless --write).
 
     Example:  postmortem sql "select rank, count(*) from events group by rank"
+    Example:  postmortem sql --parquet /shared/postmortem/ "select host, count(*) from v_host_faults group by host"
     """
     _check_format(fmt, ("table", "csv", "json"))
     try:
-        names, rows = api.query(query, db=db, write=write)
+        names, rows = api.query(query, db=db, write=write, parquet=parquet)
     except PostmortemError as exc:
         _fail(exc)
     if fmt == "json":
@@ -235,6 +261,7 @@ def runs(
 def show(
     run_id: str = typer.Argument(..., help="A run id from `postmortem runs` (a unique prefix is enough)."),
     fmt: str = typer.Option("rich", "--format", "-f", help="rich, text, json or markdown."),
+    html: Optional[Path] = HtmlOption,
     db: Optional[Path] = DbOption,
 ) -> None:
     """Print the report of a run already in the history.
@@ -243,9 +270,11 @@ def show(
     """
     _check_format(fmt, ("rich", "text", "json", "markdown"))
     try:
-        rep = api.show(run_id, db=db)
+        rep = api.show(run_id, db=db, with_series=html is not None)
     except PostmortemError as exc:
         _fail(exc)
+    _write_html(rep, html)
+    rep.pop("series", None)
     _emit(rep, fmt)
 
 
@@ -303,6 +332,22 @@ def test_signature(
     for r in rows:
         table.add_row(*(Text("" if r.get(k) is None else str(r.get(k))[:200]) for k in names))
     out.print(table)
+
+
+@app.command()
+def export(
+    parquet: Path = typer.Option(..., "--parquet", help="Directory to write the Parquet tree into."),
+    db: Optional[Path] = DbOption,
+) -> None:
+    """Write the whole history as hive-partitioned Parquet (date, job) for DuckDB, Spark or Trino.
+
+    Example:  postmortem export --parquet /shared/postmortem-parquet/
+    """
+    try:
+        written = api.export(parquet, db=db)
+    except PostmortemError as exc:
+        _fail(exc)
+    out.print(Text(", ".join(f"{t}: {n} rows" for t, n in written.items()) or "the history is empty"))
 
 
 @app.command(name="eval")

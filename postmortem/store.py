@@ -165,3 +165,54 @@ def open_history(db_path: Path, write: bool = False, wait_s: float = LOCK_WAIT_S
     elif _schema_version(con, catalog) > SCHEMA_VERSION:
         raise PostmortemError(f"The history database {db_path} was written by a newer postmortem; upgrade it.")
     return con
+
+
+def export_parquet(con: duckdb.DuckDBPyConnection, out: Path, run_id: str | None = None) -> dict[str, int]:
+    """Write every table (one run, or all) as hive-partitioned Parquet: OUT/<table>/date=…/job=…/.
+
+    Partitions are by the analysis date and the job id, so a cluster's epilogs can each write
+    their runs into one shared tree and DuckDB, Spark or Trino query it as one table.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    where = "WHERE t.run_id = $run_id" if run_id else ""
+    for table in TABLES:
+        target = str(out / table).replace("'", "''")
+        part = "r" if table != "runs" else "t"
+        params = {"run_id": run_id} if run_id else {}
+        count = con.execute(f"SELECT count(*) FROM {table} t {where}", params).fetchall()[0][0]
+        if not count:
+            continue
+        join = "" if table == "runs" else "JOIN runs r ON r.run_id = t.run_id"
+        con.execute(
+            f"""COPY (SELECT t.*, strftime({part}.analyzed_at, '%Y-%m-%d') AS date,
+                             regexp_replace(coalesce({part}.job_id, 'none'), '[^A-Za-z0-9._-]', '_', 'g') AS job
+                      FROM {table} t {join} {where})
+                TO '{target}' (FORMAT PARQUET, PARTITION_BY (date, job), OVERWRITE_OR_IGNORE,
+                               FILENAME_PATTERN '{{uuid}}')""",
+            params,
+        )
+        written[table] = count
+    return written
+
+
+def parquet_history(root: Path) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection whose tables and views read a Parquet tree written by export_parquet."""
+    if not root.is_dir():
+        raise PostmortemError(f"No such directory: {root}")
+    con = duckdb.connect()
+    found = 0
+    for table in TABLES:
+        files = list((root / table).glob("**/*.parquet"))
+        if files:
+            glob = str(root / table / "**" / "*.parquet").replace("'", "''")
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{glob}', hive_partitioning = true, "
+                        "union_by_name = true)")
+            found += 1
+        else:
+            con.execute(ddl(table))
+    if not found:
+        raise PostmortemError(f"{root} holds no postmortem Parquet tables (runs/, events/, ...).")
+    for statement in view_ddl():
+        con.execute(statement)
+    return con

@@ -360,3 +360,35 @@ def report(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
                        for f in files if f["error"]],
         },
     }
+
+
+def series(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
+    """What the HTML report draws: the tail of each rank's collectives, memory per step,
+    recompiles per frame, step time per rank."""
+    collectives = _rows(con, """
+        WITH ranked AS (
+            SELECT rank, pg, seq_id, op, state, source,
+                   row_number() OVER (PARTITION BY rank, pg, seq_id ORDER BY
+                       list_position(['flight_recorder', 'watchdog', 'nccl_log', 'detail', 'profiler'], source)) AS pick
+            FROM collectives WHERE run_id = ? AND rank IS NOT NULL AND seq_id IS NOT NULL
+        ),
+        tail AS (
+            SELECT *, dense_rank() OVER (PARTITION BY pg ORDER BY seq_id DESC) AS from_end FROM ranked WHERE pick = 1
+        )
+        SELECT rank, pg, seq_id, op, state, source FROM tail WHERE from_end <= 16 ORDER BY pg, seq_id, rank
+        """, [run_id])
+    memory = _rows(con, """
+        SELECT rank, step, round(max(allocated) / 2^20, 1) AS allocated_mb FROM memory
+        WHERE run_id = ? AND rank IS NOT NULL AND step IS NOT NULL AND allocated IS NOT NULL
+          AND source IN ('log', 'profiler')
+        GROUP BY rank, step ORDER BY rank, step""", [run_id])
+    recompiles = _rows(con, """
+        SELECT coalesce(function, '?') AS function, coalesce(code_file, '?') || ':' || coalesce(code_line, 0) AS "where",
+               count(*) AS recompiles
+        FROM compiles WHERE run_id = ? AND event = 'recompile' GROUP BY ALL ORDER BY recompiles DESC LIMIT 30""",
+        [run_id])
+    step_time = _rows(con, """
+        SELECT rank, avg(dur) / 1000.0 AS step_ms FROM kernels
+        WHERE run_id = ? AND category IN ('step', 'step_cpu') AND rank IS NOT NULL GROUP BY rank ORDER BY rank""",
+        [run_id])
+    return {"collectives": collectives, "memory": memory, "recompiles": recompiles, "step_time": step_time}
