@@ -16,7 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progres
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__, api, catalog, discover, engine, metadata, report
+from . import __version__, api, catalog, discover, engine, metadata, report, store
 from .errors import PostmortemError
 from .html import to_html
 
@@ -348,6 +348,44 @@ def export(
     except PostmortemError as exc:
         _fail(exc)
     out.print(Text(", ".join(f"{t}: {n} rows" for t, n in written.items()) or "the history is empty"))
+
+
+@app.command()
+def replay(
+    run_id: str = typer.Argument(..., help="A run id from `postmortem runs` (a unique prefix is enough)."),
+    finding: Optional[str] = typer.Option(None, "--finding", help="The finding to confirm (default: the verdict)."),
+    backend: str = typer.Option("auto", "--backend", help="auto (NCCL when there is a GPU per rank), gloo or nccl."),
+    world_size: Optional[int] = typer.Option(None, "--world-size", help="Ranks to replay (default: the run's)."),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds the replay may run; every process is reaped."),
+    fix: bool = typer.Option(False, "--fix", help="Replay the corrected sequence and show that it completes."),
+    fmt: str = typer.Option("text", "--format", "-f", help="text or json."),
+    db: Optional[Path] = DbOption,
+) -> None:
+    """Re-run a run's recorded collective sequence on real processes to confirm the finding.
+
+    Example:  postmortem replay 20261129-1333 --backend gloo --timeout 20
+    Example:  postmortem replay 20261129-1333 --fix
+    """
+    _check_format(fmt, ("text", "json"))
+    try:
+        from . import replay as replays
+
+        result = replays.replay_collectives(run_id, Path(db) if db else store.default_db_path(), finding=finding,
+                                            backend=backend, world_size=world_size, timeout_s=timeout, fix=fix)
+    except PostmortemError as exc:
+        _fail(exc)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(result, indent=1, default=str) + "\n")
+    else:
+        out.print(Text(result["summary"], style="bold"))
+        out.print(Text(f"run {result['run_id']}, finding {result['finding']}, {result['backend']} on "
+                       f"{result['world_size']} processes, seq {result['window'][0]}..{result['window'][1]}, "
+                       f"{result['seconds']} s"))
+        for note in result["notes"]:
+            out.print(Text(f"note: {note}", style="dim"))
+        table = _table([{"rank": r, **v} for r, v in result["ranks"].items()])
+        out.print(table)
+    raise typer.Exit(0 if result["reproduced"] != fix else 1)
 
 
 @app.command(name="eval")

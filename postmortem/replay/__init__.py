@@ -1,0 +1,131 @@
+"""Live replay: turn a finding from the logs into an observation on real processes.
+
+    postmortem replay RUN_ID [--finding SIG] [--backend auto|gloo|nccl] [--timeout S] [--fix]
+
+The collective replay rebuilds each rank's recorded sequence (``sequence``), runs it
+(``collective``) and says whether the recorded hang or mismatch reproduced, at which
+sequence number and on which ranks; ``--fix`` replays the corrected sequence and shows it
+completes. The outcome is stored in the history as a finding with role ``confirmation``.
+torch is needed only here (`pip install 'postmortem[replay]'`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from postmortem import store
+from postmortem.engine import rank_ranges
+from postmortem.errors import PostmortemError
+from postmortem.schema import frame
+
+from . import sequence
+
+MAX_GLOO_RANKS = 16
+
+
+def _torch():
+    try:
+        import torch  # noqa: F401
+        import torch.distributed  # noqa: F401
+    except ImportError as exc:
+        raise PostmortemError(
+            "replay needs PyTorch: pip install 'postmortem[replay]' (analysis itself does not)."
+        ) from exc
+    import torch
+
+    return torch
+
+
+def choose_backend(requested: str, world_size: int) -> str:
+    torch = _torch()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "auto":
+        return "nccl" if gpus >= world_size else "gloo"
+    if requested == "nccl" and gpus < world_size:
+        raise PostmortemError(f"--backend nccl needs {world_size} GPUs for {world_size} ranks; this machine has {gpus}.")
+    if requested not in ("gloo", "nccl"):
+        raise PostmortemError("--backend must be auto, gloo or nccl.")
+    return requested
+
+
+def describe(p: sequence.Plan, outcome, fix: bool) -> tuple[bool, str]:
+    """(reproduced, one sentence) from what the replay saw."""
+    div = p.divergence
+    hung = {r: s for r, s in outcome.hung.items()}
+    failed = {r: e for r, e in outcome.errors.items()}
+    clean = not hung and not failed and len(outcome.finished) == p.world_size
+    if fix:
+        if clean:
+            return False, f"the corrected sequence completes on all {p.world_size} ranks in {outcome.seconds} s"
+        return True, (f"the corrected sequence still fails: hung {rank_ranges(list(hung))} "
+                      f"errors {'; '.join(f'rank {r}: {e}' for r, e in failed.items())}")
+    if clean:
+        return False, (f"not reproduced: every rank's recorded collectives (seq {p.first_seq}..{div}) complete "
+                       f"when replayed; the hang was outside the collective sequence (a stalled GPU stream, the "
+                       f"network, the host)")
+    stuck = sorted(set(hung) | set(failed))
+    if p.kind == "missing":
+        return True, (f"reproduced: rank(s) {rank_ranges(stuck)} hung at seq {div} waiting for rank(s) "
+                      f"{rank_ranges(p.culprits)}, which never issued it")
+    if p.kind == "mismatch":
+        detail = next(iter(failed.values()), "hung")
+        return True, (f"reproduced: seq {div} fails when rank(s) {rank_ranges(p.culprits)} issue a different "
+                      f"collective from the others: {detail}")
+    return True, f"reproduced: rank(s) {rank_ranges(stuck)} hung at seq {div}"
+
+
+def replay_collectives(run_id: str, db: Path, finding: str | None = None, backend: str = "auto",
+                       world_size: int | None = None, timeout_s: float = 30.0, fix: bool = False,
+                       record: bool = True) -> dict:
+    from . import collective
+
+    con = store.open_history(db)
+    rows = con.execute("SELECT run_id, world_size FROM runs WHERE starts_with(run_id, ?)", [run_id]).fetchall()
+    if len(rows) != 1:
+        raise PostmortemError(f"{run_id!r} matches {len(rows)} runs; `postmortem runs` lists them.")
+    run_id, recorded_world = rows[0]
+    target = finding or (con.execute(
+        "SELECT signature FROM findings WHERE run_id = ? AND role = 'root_cause' ORDER BY confidence DESC LIMIT 1",
+        [run_id]).fetchall() or [[None]])[0][0]
+    p = sequence.plan(con, run_id, world_size or recorded_world)
+    con.close()
+    if not p.sequences:
+        raise PostmortemError(f"run {run_id} has no collective records (flight recorder, NCCL COLL lines, "
+                              "watchdog, profiler) to replay.")
+    chosen = choose_backend(backend, min(p.world_size, MAX_GLOO_RANKS))
+    try:
+        p = sequence.fold(p, MAX_GLOO_RANKS if chosen == "gloo" else _torch().cuda.device_count())
+    except ValueError as exc:
+        raise PostmortemError(f"cannot fold the job onto this machine: {exc}") from exc
+    if fix:
+        p = sequence.fixed(p)
+    outcome = collective.run(p, chosen, timeout_s)
+    reproduced, summary = describe(p, outcome, fix)
+    result = {
+        "run_id": run_id, "finding": target, "backend": chosen, "world_size": p.world_size, "fix": fix,
+        "window": [p.first_seq, max((o.seq for ops in p.sequences.values() for o in ops), default=None)],
+        "divergence": p.divergence, "kind": p.kind, "culprit_ranks": p.culprits, "folded": p.folded,
+        "reproduced": reproduced, "summary": summary, "seconds": outcome.seconds, "notes": p.notes,
+        "ranks": {r: {"last_completed": outcome.completed.get(r), "hung_in": outcome.hung.get(r, None),
+                      "error": outcome.errors.get(r), "finished": r in outcome.finished}
+                  for r in range(p.world_size)},
+    }
+    if record:
+        _record(db, result)
+    return result
+
+
+def _record(db: Path, result: dict) -> None:
+    """Store the outcome as a `confirmation` finding of the replayed run."""
+    evidence = [{"rank": r, "file": "replay", "line": None, "ts": None,
+                 "text": json.dumps(v)} for r, v in result["ranks"].items()]
+    row = {"signature": result["finding"] or "replay", "role": "confirmation", "severity": "info",
+           "confidence": 1.0 if result["reproduced"] != result["fix"] else 0.0,
+           "ranks": result["culprit_ranks"], "summary": ("fix replay: " if result["fix"] else "replay: ")
+           + result["summary"], "evidence": json.dumps(evidence), "remediation": ""}
+    con = store.open_history(db, write=True)
+    try:
+        store.append(con, "findings", result["run_id"], frame("findings", [row]))
+    finally:
+        con.close()

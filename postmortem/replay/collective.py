@@ -1,0 +1,162 @@
+"""Replay a plan's collective sequences: one process per rank, real tensors, a deadline.
+
+Each worker creates the process group (gloo on CPU, NCCL on GPUs), issues its recorded
+ops with tensors of the recorded sizes and dtypes, and reports each completed sequence
+number to the parent. The parent waits up to the timeout, then kills and reaps every
+worker still running: a replay never outlives its deadline, however the collective hangs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from .sequence import GATHER_OPS, SCATTER_OPS, Op, Plan
+
+MAX_NUMEL = 16 << 20  # a replayed tensor is capped: the sizes are what must disagree, not the bytes
+DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
+          "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
+
+
+class UnsupportedOp(Exception):
+    """An op the replay does not know how to issue; it is skipped and said so."""
+
+
+@dataclass
+class Outcome:
+    backend: str
+    world_size: int
+    seconds: float
+    completed: dict[int, int | None] = field(default_factory=dict)  # rank -> last seq completed
+    errors: dict[int, str] = field(default_factory=dict)  # rank -> (seq, error)
+    hung: dict[int, int | None] = field(default_factory=dict)  # rank -> seq it was in when killed
+    finished: list[int] = field(default_factory=list)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _shape(n: int) -> int:
+    return max(1, min(n, MAX_NUMEL))
+
+
+def _issue(dist, torch, op: Op, world: int, device):
+    dtype = getattr(torch, DTYPES.get(op.dtype, "float32"))
+    ones = lambda n: torch.ones(_shape(n), dtype=dtype, device=device)  # noqa: E731
+    name = op.op.split(":")[-1]
+    if name in GATHER_OPS:
+        out = torch.empty(_shape(op.out_numel), dtype=dtype, device=device)
+        return dist.all_gather_into_tensor(out, ones(op.in_numel))
+    if name in SCATTER_OPS:
+        out = torch.empty(_shape(op.out_numel), dtype=dtype, device=device)
+        return dist.reduce_scatter_tensor(out, ones(op.in_numel))
+    if name in ("all_reduce", "allreduce", "all_reduce_barrier"):
+        return dist.all_reduce(ones(op.in_numel))
+    if name == "barrier":
+        return dist.barrier()
+    if name in ("broadcast", "_broadcast_oop"):
+        return dist.broadcast(ones(op.in_numel), src=0)
+    if name in ("reduce", "_reduce_oop"):
+        return dist.reduce(ones(op.in_numel), dst=0)
+    if name in ("all_to_all", "all_to_all_single", "alltoall_base"):
+        t = ones(max(world, op.in_numel // world * world))
+        return dist.all_to_all_single(torch.empty_like(t), t)
+    raise UnsupportedOp(f"op {op.op} is not replayed")
+
+
+def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeout_s: float, events,
+            release) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      TORCH_FR_BUFFER_SIZE="2000")
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+        for op in ops:
+            events.put(("start", rank, op.seq))
+            try:
+                _issue(dist, torch, op, world, device)
+                if backend == "nccl":
+                    torch.cuda.synchronize(device)
+            except UnsupportedOp as exc:
+                events.put(("skip", rank, op.seq, str(exc)))
+                continue
+            events.put(("done", rank, op.seq))
+        events.put(("finished", rank, None))
+        # A rank whose recorded sequence ends early stays connected and silent, as the real
+        # one did, until every rank is through (or the deadline): tearing down would turn
+        # its peers' hang into a "connection closed" error.
+        release.wait(timeout_s * 2)
+        dist.destroy_process_group()
+    except Exception as exc:  # the replayed failure itself: report it, don't print a traceback
+        events.put(("error", rank, None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"))
+
+
+def run(p: Plan, backend: str, timeout_s: float) -> Outcome:
+    """Replay ``p`` and report where each rank got to."""
+    ctx = mp.get_context("spawn")
+    events = ctx.Queue()
+    release = ctx.Event()
+    port = free_port()
+    started = time.monotonic()
+    # The collective timeout is shorter than the replay's deadline, so a hung collective
+    # surfaces as the backend's own timeout error when it can.
+    collective_timeout = max(2.0, timeout_s * 0.6)
+    procs = {r: ctx.Process(target=_worker, args=(r, p.world_size, port, backend, p.sequences.get(r, []),
+                                                  collective_timeout, events, release), daemon=True)
+             for r in range(p.world_size)}
+    for proc in procs.values():
+        proc.start()
+    outcome = Outcome(backend=backend, world_size=p.world_size, seconds=0.0)
+    current: dict[int, int | None] = {r: None for r in procs}
+    deadline = started + timeout_s
+    done = set()
+    while len(done) < len(procs) and time.monotonic() < deadline:
+        try:
+            kind, rank, seq, *rest = events.get(timeout=0.2)
+        except queue.Empty:
+            if all(not proc.is_alive() for r, proc in procs.items() if r not in done):
+                break
+            continue
+        if kind == "start":
+            current[rank] = seq
+        elif kind == "done":
+            outcome.completed[rank] = seq
+            current[rank] = None
+        elif kind == "finished":
+            outcome.finished.append(rank)
+            done.add(rank)
+            if len(outcome.finished) == len(procs):
+                release.set()
+        elif kind == "error":
+            outcome.errors[rank] = f"at seq {current[rank]}: {rest[0]}" if current[rank] is not None else rest[0]
+            done.add(rank)
+    release.set()
+    for rank, proc in procs.items():
+        if rank not in done:
+            outcome.hung[rank] = current[rank]
+    for proc in procs.values():
+        proc.join(timeout=2)
+        if proc.is_alive():
+            proc.terminate()
+    for proc in procs.values():
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    events.close()
+    outcome.seconds = round(time.monotonic() - started, 2)
+    return outcome
