@@ -222,7 +222,7 @@ def sql(
         sys.stdout.write(json.dumps([dict(zip(names, r)) for r in rows], default=str, indent=1) + "\n")
     elif fmt == "csv":
         buf = io.StringIO()
-        writer = csv.writer(buf)
+        writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(names)
         writer.writerows(rows)
         sys.stdout.write(buf.getvalue())
@@ -358,10 +358,12 @@ def replay(
     world_size: Optional[int] = typer.Option(None, "--world-size", help="Ranks to replay (default: the run's)."),
     timeout: float = typer.Option(30.0, "--timeout", help="Seconds the replay may run; every process is reaped."),
     fix: bool = typer.Option(False, "--fix", help="Replay the corrected sequence and show that it completes."),
+    device: str = typer.Option("cpu", "--device", help="Compile replay: cpu (eager backend) or cuda (inductor)."),
     fmt: str = typer.Option("text", "--format", "-f", help="text or json."),
     db: Optional[Path] = DbOption,
 ) -> None:
-    """Re-run a run's recorded collective sequence on real processes to confirm the finding.
+    """Re-run a finding to confirm it: the recorded collective sequence on real processes,
+    or the recorded recompiles on a compiled stand-in.
 
     Example:  postmortem replay 20261129-1333 --backend gloo --timeout 20
     Example:  postmortem replay 20261129-1333 --fix
@@ -370,17 +372,18 @@ def replay(
     try:
         from . import replay as replays
 
-        result = replays.replay_collectives(run_id, Path(db) if db else store.default_db_path(), finding=finding,
-                                            backend=backend, world_size=world_size, timeout_s=timeout, fix=fix)
+        result = replays.replay(run_id, Path(db) if db else store.default_db_path(), finding=finding,
+                                backend=backend, world_size=world_size, timeout_s=timeout, fix=fix, device=device)
     except PostmortemError as exc:
         _fail(exc)
     if fmt == "json":
         sys.stdout.write(json.dumps(result, indent=1, default=str) + "\n")
     else:
         out.print(Text(result["summary"], style="bold"))
-        out.print(Text(f"run {result['run_id']}, finding {result['finding']}, {result['backend']} on "
-                       f"{result['world_size']} processes, seq {result['window'][0]}..{result['window'][1]}, "
-                       f"{result['seconds']} s"))
+        if result["backend"] != "compile":
+            out.print(Text(f"run {result['run_id']}, finding {result['finding']}, {result['backend']} on "
+                           f"{result['world_size']} processes, seq {result['window'][0]}..{result['window'][1]}, "
+                           f"{result['seconds']} s"))
         for note in result["notes"]:
             out.print(Text(f"note: {note}", style="dim"))
         table = _table([{"rank": r, **v} for r, v in result["ranks"].items()])

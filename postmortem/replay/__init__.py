@@ -22,6 +22,7 @@ from postmortem.schema import frame
 from . import sequence
 
 MAX_GLOO_RANKS = 16
+COMPILE_SIGNATURES = ("recompile-storm", "recompile-limit", "rank-divergent-compile")
 
 
 def _torch():
@@ -129,3 +130,55 @@ def _record(db: Path, result: dict) -> None:
         store.append(con, "findings", result["run_id"], frame("findings", [row]))
     finally:
         con.close()
+
+
+def replay(run_id: str, db: Path, finding: str | None = None, backend: str = "auto", world_size: int | None = None,
+           timeout_s: float = 30.0, fix: bool = False, device: str = "cpu", record: bool = True) -> dict:
+    """Replay the finding (default: the run's verdict): compile findings by driving a compiled
+    stand-in, everything else by replaying the collective sequence."""
+    con = store.open_history(db)
+    rows = con.execute("SELECT run_id, verdict FROM runs WHERE starts_with(run_id, ?)", [run_id]).fetchall()
+    con.close()
+    if len(rows) != 1:
+        raise PostmortemError(f"{run_id!r} matches {len(rows)} runs; `postmortem runs` lists them.")
+    target = finding or rows[0][1]
+    if target in COMPILE_SIGNATURES:
+        return replay_compile(rows[0][0], db, target, fix=fix, device=device, record=record)
+    return replay_collectives(rows[0][0], db, finding=finding, backend=backend, world_size=world_size,
+                              timeout_s=timeout_s, fix=fix, record=record)
+
+
+def replay_compile(run_id: str, db: Path, finding: str, fix: bool = False, device: str = "cpu",
+                   record: bool = True) -> dict:
+    from . import compile as compiles
+
+    _torch()
+    con = store.open_history(db)
+    p = compiles.plan(con, run_id)
+    con.close()
+    if p is None:
+        raise PostmortemError(f"run {run_id} records no recompiles whose guards say what changed (a Python "
+                              "scalar's value or a tensor's size): nothing to replay.")
+    outcome = compiles.run(p, fix, device=device, backend="inductor" if device == "cuda" else "eager")
+    within = abs(outcome["recompiles"] - p.recorded_recompiles) <= 1
+    remedy = "passing `" + p.arg + "` as a tensor" if p.kind == "python_scalar" else \
+        f"torch._dynamo.mark_dynamic({p.arg}, {p.dim})"
+    if fix:
+        reproduced = outcome["recompiles"] > 0
+        summary = (f"with {remedy}: {outcome['recompiles']} recompiles over {outcome['calls']} calls "
+                   f"(recorded {p.recorded_recompiles})")
+    else:
+        reproduced = within
+        summary = (f"{'reproduced' if within else 'not reproduced'}: {outcome['recompiles']} recompiles of "
+                   f"{p.function} ({p.kind} guard on `{p.arg}`) over {outcome['calls']} calls, recorded "
+                   f"{p.recorded_recompiles}" + (f"; recompile_limit ({outcome['limit']}) hit" if
+                                                   outcome["limit_hit"] else ""))
+    result = {"run_id": run_id, "finding": finding, "backend": "compile", "world_size": 1, "fix": fix,
+              "window": [None, None], "divergence": None, "kind": p.kind, "culprit_ranks": [p.rank], "folded": {},
+              "reproduced": reproduced, "summary": summary, "seconds": None, "notes": [f"frame {p.function} at "
+                                                                                     f"{p.where}"],
+              "ranks": {p.rank: {**outcome, "recorded_recompiles": p.recorded_recompiles,
+                                 "values": p.values[:20]}}}
+    if record:
+        _record(db, result)
+    return result

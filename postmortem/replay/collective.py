@@ -35,7 +35,13 @@ class Outcome:
     completed: dict[int, int | None] = field(default_factory=dict)  # rank -> last seq completed
     errors: dict[int, str] = field(default_factory=dict)  # rank -> (seq, error)
     hung: dict[int, int | None] = field(default_factory=dict)  # rank -> seq it was in when killed
+    failed_at: dict[int, int | None] = field(default_factory=dict)  # rank -> seq it was in when it raised
     finished: list[int] = field(default_factory=list)
+
+    @property
+    def stuck(self) -> dict[int, int | None]:
+        """Ranks that did not get through, and the seq each was in: hung, or a collective raised."""
+        return {**self.failed_at, **self.hung}
 
 
 def free_port() -> int:
@@ -85,6 +91,7 @@ def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeo
         torch.cuda.set_device(device)
     try:
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+        events.put(("ready", rank, None))
         for op in ops:
             events.put(("start", rank, op.seq))
             try:
@@ -105,8 +112,16 @@ def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeo
         events.put(("error", rank, None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"))
 
 
-def run(p: Plan, backend: str, timeout_s: float) -> Outcome:
-    """Replay ``p`` and report where each rank got to."""
+STARTUP_S = 120.0  # spawning the workers and importing torch; not counted in the replay's timeout
+
+
+def run(p: Plan, backend: str, timeout_s: float, startup_s: float = STARTUP_S) -> Outcome:
+    """Replay ``p`` and report where each rank got to.
+
+    The timeout counts from when every worker has joined the process group (starting
+    Python and torch can take long on a loaded machine); at most ``startup_s`` is allowed
+    for that. Past the deadline every worker still running is killed and reaped.
+    """
     ctx = mp.get_context("spawn")
     events = ctx.Queue()
     release = ctx.Event()
@@ -122,7 +137,8 @@ def run(p: Plan, backend: str, timeout_s: float) -> Outcome:
         proc.start()
     outcome = Outcome(backend=backend, world_size=p.world_size, seconds=0.0)
     current: dict[int, int | None] = {r: None for r in procs}
-    deadline = started + timeout_s
+    deadline = started + startup_s + timeout_s
+    ready: set[int] = set()
     done = set()
     while len(done) < len(procs) and time.monotonic() < deadline:
         try:
@@ -131,7 +147,11 @@ def run(p: Plan, backend: str, timeout_s: float) -> Outcome:
             if all(not proc.is_alive() for r, proc in procs.items() if r not in done):
                 break
             continue
-        if kind == "start":
+        if kind == "ready":
+            ready.add(rank)
+            if len(ready) == len(procs):
+                deadline = time.monotonic() + timeout_s
+        elif kind == "start":
             current[rank] = seq
         elif kind == "done":
             outcome.completed[rank] = seq
@@ -142,6 +162,7 @@ def run(p: Plan, backend: str, timeout_s: float) -> Outcome:
             if len(outcome.finished) == len(procs):
                 release.set()
         elif kind == "error":
+            outcome.failed_at[rank] = current[rank]
             outcome.errors[rank] = f"at seq {current[rank]}: {rest[0]}" if current[rank] is not None else rest[0]
             done.add(rank)
     release.set()

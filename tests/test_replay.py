@@ -1,0 +1,74 @@
+"""Replay: a finding from the logs re-run on real processes (gloo on CPU) or a compiled stand-in."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from postmortem import api
+from postmortem.cli import app
+from postmortem.errors import PostmortemError
+from postmortem.replay import collective, replay
+from postmortem.replay.sequence import Op, Plan
+
+from .conftest import sample_dir
+
+
+def analyzed(name, history):
+    return api.analyze(sample_dir(name), db=history)["run_id"]
+
+
+def test_compile_replay_reproduces_the_recorded_recompiles_and_the_fix_removes_them(history):
+    run_id = analyzed("recompile_limit", history)
+    seen = replay(run_id, history, finding="recompile-limit")
+    rank = next(iter(seen["ranks"].values()))
+    assert seen["reproduced"] and abs(rank["recompiles"] - rank["recorded_recompiles"]) <= 1
+    assert rank["limit_hit"]
+    fixed = replay(run_id, history, finding="recompile-limit", fix=True)
+    assert next(iter(fixed["ranks"].values()))["recompiles"] == 0
+    confirmations = api.query("select summary from findings where role = 'confirmation'", db=history)[1]
+    assert len(confirmations) == 2 and confirmations[0][0].startswith("replay: reproduced")
+
+
+def test_a_hang_that_was_not_in_the_collective_sequence_is_not_reproduced(history):
+    # One rank, its all_reduce enqueued behind a GPU kernel that never finished: the recorded
+    # collective sequence itself completes when replayed.
+    run_id = analyzed("nccl_watchdog_timeout", history)
+    result = replay(run_id, history, finding="collective-timeout", backend="gloo", timeout_s=60)
+    assert result["reproduced"] is False and "not reproduced" in result["summary"]
+    assert result["kind"] == "stuck"
+
+
+def _op(seq, numel=1024):
+    return Op(pg="0", seq=seq, op="all_reduce", in_numel=numel, out_numel=numel, dtype="Float", source="test")
+
+
+def test_a_replay_never_outlives_its_timeout_and_reaps_every_process():
+    hang = Plan(world_size=2, sequences={0: [_op(1), _op(2)], 1: [_op(1)]}, pg="0", first_seq=1, divergence=2,
+                culprits=[1], kind="missing")
+    outcome = collective.run(hang, "gloo", timeout_s=8)
+    assert outcome.completed == {0: 1, 1: 1} and outcome.stuck == {0: 2}
+    assert multiprocessing.active_children() == []
+
+
+def test_a_size_mismatch_fails_where_it_was_recorded_and_equal_sizes_complete():
+    mismatch = Plan(world_size=2, sequences={0: [_op(1), _op(2, 4096)], 1: [_op(1), _op(2, 4000)]}, pg="0",
+                    first_seq=1, divergence=2, culprits=[1], kind="mismatch")
+    outcome = collective.run(mismatch, "gloo", timeout_s=20)
+    assert outcome.completed.get(0) == 1 and set(outcome.stuck.values()) == {2}
+    equal = Plan(world_size=2, sequences={0: [_op(1), _op(2, 4096)], 1: [_op(1), _op(2, 4096)]}, pg="0",
+                 first_seq=1, divergence=None, culprits=[], kind="stuck")
+    done = collective.run(equal, "gloo", timeout_s=20)
+    assert sorted(done.finished) == [0, 1] and not done.errors and not done.hung
+
+
+def test_without_torch_replay_says_how_to_install_it(history, monkeypatch):
+    run_id = analyzed("healthy", history)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(PostmortemError, match=r"pip install 'postmortem\[replay\]'"):
+        replay(run_id, history, finding="recompile-limit")
+    result = CliRunner().invoke(app, ["replay", run_id, "--finding", "recompile-limit"])
+    assert result.exit_code == 2 and "postmortem[replay]" in result.output
