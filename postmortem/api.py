@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
+import os
 import secrets
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
+import polars as pl
 
 from . import catalog, engine, store, summary
 from . import discover as discovery
@@ -36,7 +40,7 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def _parse_file(out: store.Batcher, source: Source) -> dict:
+def _parse_file(out: store.Batcher | _Collected, source: Source) -> dict:
     """Parse one file into the staging tables; never raises for what is in the file."""
     parser = _PARSERS[source.kind]
     row = {"path": source.name, "kind": source.kind, "rank": source.rank, "bytes": source.bytes, "parser": parser.__name__.rsplit(".", 1)[-1], "status": "parsed", "error": None}
@@ -56,6 +60,57 @@ def _parse_file(out: store.Batcher, source: Source) -> dict:
     return row
 
 
+PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs more than it saves
+
+
+class _Collected:
+    """What one file's parse yields, kept to send back from a worker process."""
+
+    def __init__(self):
+        self.frames: dict[str, list[pl.DataFrame]] = {}
+
+    def add(self, table: str, df: pl.DataFrame) -> None:
+        if df.height:
+            self.frames.setdefault(table, []).append(df)
+
+
+def _parse_in_worker(source: Source) -> tuple[dict, dict[str, pl.DataFrame]]:
+    collected = _Collected()
+    row = _parse_file(collected, source)
+    return row, {t: pl.concat(fs, how="vertical_relaxed") for t, fs in collected.frames.items()}
+
+
+def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progress | None) -> list[dict]:
+    """Parse every file: in this process for a small job, across all cores for a big one."""
+    sources = found.sources
+    total_files, total_bytes = len(sources), sum(s.bytes for s in sources)
+    done_files = done_bytes = 0
+    rows = []
+    workers = min(os.cpu_count() or 1, len(sources))
+    if total_bytes < PARALLEL_MIN_BYTES or workers < 2:
+        for source in sources:
+            if progress:
+                progress(done_files, done_bytes, total_files, total_bytes, source.name)
+            rows.append(_parse_file(out, source))
+            done_files += 1
+            done_bytes += source.bytes
+        return rows
+    # Spawned, not forked: a fork would copy Polars' and DuckDB's thread pools mid-use.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_parse_in_worker, s): s for s in sorted(sources, key=lambda s: -s.bytes)}
+        for future in as_completed(futures):
+            source = futures[future]
+            row, frames = future.result()
+            for table, frame in frames.items():
+                out.add(table, frame)
+            rows.append(row)
+            done_files += 1
+            done_bytes += source.bytes
+            if progress:
+                progress(done_files, done_bytes, total_files, total_bytes, source.name)
+    return rows
+
+
 def load(
     path: str | Path,
     progress: Progress | None = None,
@@ -66,19 +121,12 @@ def load(
     found = discovery.discover(Path(path), limits)
     con = store.staging()
     run_id = new_run_id()
-    total_files, total_bytes = len(found.sources), sum(s.bytes for s in found.sources)
-    done_files = done_bytes = 0
-    rows = list(found.skipped)
     out = store.Batcher(con, run_id)
-    for source in found.sources:
-        if progress:
-            progress(done_files, done_bytes, total_files, total_bytes, source.name)
-        rows.append(_parse_file(out, source))
-        done_files += 1
-        done_bytes += source.bytes
+    rows = list(found.skipped) + _parse_all(found, out, progress)
     out.flush()
     if progress:
-        progress(done_files, done_bytes, total_files, total_bytes, "")
+        total = sum(s.bytes for s in found.sources)
+        progress(len(found.sources), total, len(found.sources), total, "")
     if not found.sources:
         raise PostmortemError(
             f"Nothing readable in {found.root}: {len(found.skipped)} file(s), none of them a log this tool reads."

@@ -12,6 +12,8 @@ from postmortem import api
 from postmortem.discover import discover
 from postmortem.errors import PostmortemError
 
+from .conftest import sample_dir
+
 
 def by_name(found):
     return {s.name: s for s in found.sources}
@@ -78,3 +80,12 @@ def test_missing_directory_and_nothing_readable_are_one_sentence_errors(tmp_path
     (tmp_path / "junk.bin").write_bytes(b"\x00\x01" * 100)
     with pytest.raises(PostmortemError, match="Nothing readable"):
         api.analyze(tmp_path, keep=False)
+
+
+def test_parsing_across_processes_gives_what_parsing_in_one_gives(monkeypatch):
+    serial = api.analyze(sample_dir("hang_dataloader"), keep=False)
+    monkeypatch.setattr(api, "PARALLEL_MIN_BYTES", 0)  # the big-job path, on a small job
+    parallel = api.analyze(sample_dir("hang_dataloader"), keep=False)
+    for key in ("verdict", "ranks", "world_size", "ranks_seen", "versions"):
+        assert parallel[key] == serial[key], key
+    assert [f["signature"] for f in parallel["findings"]] == [f["signature"] for f in serial["findings"]]
