@@ -19,6 +19,7 @@ get the verdict of the scenario it came from.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import pickle
 import random
@@ -181,6 +182,32 @@ def _fan_pickle(path: Path, out: Path, plan: Plan, src: int, dst: int) -> None:
     out.write_bytes(pickle.dumps(doc, protocol=4))
 
 
+def _trace_ranks(scenario: Path) -> dict[int, Path]:
+    """The scenario's Kineto traces by the rank their distributedInfo names."""
+    found = {}
+    for path in sorted(scenario.glob("profiler/*.pt.trace.json*")):
+        raw = path.read_bytes()
+        head = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)[:1 << 16]
+        m = re.search(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)', head)
+        if m:
+            found.setdefault(int(m[1]), path)
+    return found
+
+
+def _fan_trace(path: Path, out: Path, plan: Plan, dst: int) -> None:
+    """A copy of a Kineto trace that names ``dst`` as its rank (and the new world size)."""
+    raw = path.read_bytes()
+    zipped = raw[:2] == b"\x1f\x8b"
+    text = gzip.decompress(raw) if zipped else raw
+    cut = text.find(b'"traceEvents"')
+    cut = len(text) if cut < 0 else cut
+    head = re.sub(rb'("distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*)\d+', rb"\g<1>" + str(dst).encode(), text[:cut])
+    head = re.sub(rb'("world_size"\s*:\s*)\d+', rb"\g<1>" + str(plan.ranks).encode(), head)
+    body = head + text[cut:]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(gzip.compress(body) if zipped else body)
+
+
 def synthesize(scenario: Path, out: Path, ranks: int, per_node: int = 8, pad_mb: float = 0.0, seed: int = 0,
                host_prefix: str = "node", faulty_host: str | None = None) -> Path:
     expected = json.loads((scenario / "expected.json").read_text())
@@ -203,6 +230,7 @@ def synthesize(scenario: Path, out: Path, ranks: int, per_node: int = 8, pad_mb:
     console = (scenario / "console.log").read_text(errors="replace") if (scenario / "console.log").exists() else ""
     head, entries, root, tail = _table_entries(console)
     pad = int(pad_mb * (1 << 20))
+    traces = _trace_ranks(scenario)
     for node in range(0, (ranks + per_node - 1) // per_node):
         node_dir = out / f"{host_prefix}{node:03d}"
         node_ranks = [r for r in range(node * per_node, min(ranks, (node + 1) * per_node))]
@@ -228,6 +256,11 @@ def synthesize(scenario: Path, out: Path, ranks: int, per_node: int = 8, pad_mb:
                 target.write_text(rewriters[r](dump.read_text(errors="replace")))
             for dump in scenario.glob(f"nccl_trace_rank_{src}"):
                 _fan_pickle(dump, node_dir / f"nccl_trace_rank_{r}", plan, src, r)
+            if src in traces:
+                suffix = ".pt.trace.json.gz" if traces[src].name.endswith(".gz") else ".pt.trace.json"
+                _fan_trace(traces[src], node_dir / "profiler" / f"{plan.host_of(r)}_rank{r}{suffix}", plan, r)
+            for snap in scenario.glob(f"memory_snapshot_rank{src}.pickle"):
+                shutil.copyfile(snap, node_dir / f"memory_snapshot_rank{r}.pickle")  # copied as bytes, never loaded
     (out / "expected.json").write_text(json.dumps({**expected, "world_size": ranks, "synthesized_from": scenario.name,
                                                    "seed": seed}, indent=2))
     return out

@@ -6,7 +6,9 @@ which yields ``(table, polars.DataFrame)`` pairs whose columns are the table's
 that claims a file parses it. Parsers know nothing of signatures or of the CLI.
 """
 
-from . import error_file, pyspy, textlog
+from . import error_file, flight_recorder, memory_snapshot, profiler, pyspy, textlog, torch_trace
 
 # Most specific first: every text format would also pass the text sniffer.
-FILE_PARSERS = (error_file, pyspy, textlog)
+# The profiler comes before the flight recorder: a Kineto trace's distributedInfo holds a
+# "pg_config" too.
+FILE_PARSERS = (error_file, profiler, flight_recorder, memory_snapshot, pyspy, torch_trace, textlog)

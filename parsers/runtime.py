@@ -67,7 +67,9 @@ _FATAL_SIGNALS = {
 
 # A frame is the user's when it is none of these: the innermost such frame is where the
 # user's code was.
-_NOT_USER = ("site-packages/", "dist-packages/", "/torch/", "<frozen", "/lib/python3", "<string>", "/bin/torchrun")
+# (/tmp/torchinductor_<user>/ holds Inductor's generated code: not the user's either.)
+_NOT_USER = ("site-packages/", "dist-packages/", "/torch/", "<frozen", "/lib/python3", "<string>", "/bin/torchrun",
+             "torchinductor_")
 
 _VERSION_PATTERNS = {
     "torch": r"(?i)\b(?:py)?torch(?:[ _]?version)?\s*[=:]\s*v?(\d+\.\d+\.\d+[\w.+-]*)",

@@ -24,12 +24,12 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from . import nccl, runtime
+from . import detail, dynamo, memory, nccl, runtime
 from .lines import read_line_chunks
 from .source import Source
 
 KIND = "text_log"
-LINE_PARSERS = (runtime, nccl)
+LINE_PARSERS = (runtime, nccl, detail, dynamo, memory)
 
 _GLOG = (
     r"^\[?(?<level>[IWEFCVD])(?<mon>\d\d)(?<day>\d\d) (?<hms>\d\d:\d\d:\d\d)\.(?<frac>\d{1,9})"

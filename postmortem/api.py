@@ -178,21 +178,13 @@ def exit_status(severities: list[str], fail_on: str = "error") -> int:
     return int(any(catalog.SEVERITIES.index(s) >= threshold for s in severities if s in catalog.SEVERITIES))
 
 
-def analyze(
-    path: str | Path,
-    db: str | Path | None = None,
-    progress: Progress | None = None,
-    keep: bool = True,
-    signatures: str | Path | None = None,
-    fail_on: str = "error",
-    limits: discovery.Limits = discovery.Limits(),
-    labels: dict[str, str] | None = None,
-    with_series: bool = False,
-) -> dict:
-    """Analyze a job's log directory: the report dict of DESIGN.md's JSON contract
-    (with ``with_series``, also the per-step series the HTML report draws)."""
-    con, run_id, _ = ingest(path, db=db, progress=progress, keep=keep, signatures=signatures, fail_on=fail_on,
-                            limits=limits, labels=labels)
+def analyze(path: str | Path, with_series: bool = False, **options) -> dict:
+    """Analyze a job's log directory: the report dict of DESIGN.md's JSON contract.
+
+    ``options`` are ingest's (db, progress, keep, signatures, fail_on, limits, labels,
+    parquet); ``with_series`` adds the per-step series the HTML report draws.
+    """
+    con, run_id, _ = ingest(path, **options)
     report = summary.report(con, run_id)
     if with_series:
         report["series"] = summary.series(con, run_id)

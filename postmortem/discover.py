@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from postmortem.parsers import FILE_PARSERS
+from postmortem.parsers import FILE_PARSERS, flight_recorder, memory_snapshot
 from postmortem.parsers.lines import open_binary, read_blocks
 from postmortem.parsers.source import Source
 
@@ -31,13 +31,17 @@ _RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:", re.M)
 _TEE_PREFIX = re.compile(rb"^\[([A-Za-z_]+?)(\d+)\]:", re.M)
 _TORCHRUN_LAYOUT = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log(?:\.gz)?$|(?:^|/)attempt_\d+/(\d+)/error\.json$")
 _NAME_RANK = re.compile(r"(?i)(?:^|[^a-z])rank[_-]?(\d+)(?!\d)")
+# A flight-recorder dump is "<TORCH_NCCL_DEBUG_INFO_TEMP_FILE prefix><rank>", e.g. NVRx's "_dump_3".
+_NAME_DUMP_RANK = re.compile(r"(?i)(?:^|_)dump_?(\d+)$")
 _FULL_DATE = re.compile(rb"\b(20\d\d)-(\d\d)-(\d\d)[ _T]\d\d:\d\d:\d\d")
+
+_PARSERS_BY_KIND = {parser.KIND: parser for parser in FILE_PARSERS}
 
 # Formats this version recognises but does not read yet: recorded as skipped, by name.
 _RECOGNISED_ONLY = {
-    "pickle": lambda head: head[:1] == b"\x80",
-    "kineto_trace": lambda head: head.lstrip()[:1] == b"{" and (b'"traceEvents"' in head or b'"schemaVersion"' in head),
-    "torch_trace": lambda head: re.match(rb"^[IWEV]\d{4} [\d:.]+ \d+ \S+:\d+\] \{\"", head) is not None,
+    # Flight-recorder dumps and CUDA memory snapshots are read; other pickles not.
+    "pickle": lambda head: head[:1] == b"\x80" and not flight_recorder.sniff(head, "")
+    and not memory_snapshot.sniff(head, ""),
 }
 
 
@@ -119,7 +123,7 @@ def rank_from_name(rel: str) -> int | None:
     if layout:
         return int(layout[1] or layout[2])
     for part in reversed(rel.split("/")):
-        m = _NAME_RANK.search(part)
+        m = _NAME_RANK.search(part) or _NAME_DUMP_RANK.search(part)
         if m:
             return int(m[1])
     return None
@@ -134,11 +138,17 @@ def rank_from_content(head: bytes) -> tuple[int | None, bool]:
     return (next(iter(ranks)) if len(ranks) == 1 else None), False
 
 
+# A JSON document no parser claimed (a scheduler's metadata, an expected.json) is not a log.
+_JSON_DOCUMENT = re.compile(rb'^\s*(?:\{\s*"|\[\s*[\{"\d\]-])')
+
+
 def classify(head: bytes, name: str) -> str | None:
     for kind, sniff in _RECOGNISED_ONLY.items():
         if sniff(head):
             return kind
     for parser in FILE_PARSERS:
+        if parser.KIND == "text_log" and _JSON_DOCUMENT.match(head):
+            return "json"
         if parser.sniff(head, name):
             return parser.KIND
     return None
@@ -187,6 +197,7 @@ def discover(root: Path, limits: Limits = Limits()) -> Discovery:
     dedicated: set[int] = set()
     dated: list[int] = []
     undated: list[int] = []
+    content_rank: dict[Path, set[int]] = {}
     for path, st in files:
         rel = _rel(found.root, path)
         digest.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
@@ -204,25 +215,41 @@ def discover(root: Path, limits: Limits = Limits()) -> Discovery:
             found.skipped.append(_skip(found.root, path, "binary", "binary data of no known format", st.st_size,
                                        rank_from_name(rel)))
             continue
+        if kind == "json":
+            found.skipped.append(_skip(found.root, path, kind, "a JSON document of no format this tool reads",
+                                       st.st_size, rank_from_name(rel)))
+            continue
         if kind in _RECOGNISED_ONLY:
-            found.skipped.append(_skip(found.root, path, kind, f"{kind} files are not read by this version",
+            found.skipped.append(_skip(found.root, path, kind, f"a {kind} of no format this tool reads",
                                        st.st_size, rank_from_name(rel)))
             continue
         rank, console = rank_from_content(head) if kind == "text_log" else (None, False)
+        if rank is not None:
+            content_rank.setdefault(path.parent, set()).add(rank)
+        if rank is None and not console:
+            # A format that names its rank inside (Kineto's distributedInfo.rank) says so itself.
+            rank = getattr(_PARSERS_BY_KIND.get(kind), "rank_from_head", lambda _: None)(head)
         if rank is None and not console:
             rank = rank_from_name(rel)
         source = Source(path=path, name=rel, kind=kind, rank=rank, bytes=st.st_size)
         found.sources.append(source)
         if console:
             consoles.append(source)
-        elif rank is not None and kind == "text_log":
-            dedicated.add(rank)
         date = _FULL_DATE.search(head)
         (dated if date else undated).append(int(date[1]) if date else datetime.fromtimestamp(st.st_mtime).year)
     # A date printed in a log beats a file's mtime, which copying the logs resets.
     found.year = min(dated or undated or [datetime.now().year])
     for source in found.sources:
         source.year = found.year
+    # torchrun's attempt_N/<local_rank>/ names the local rank: on node 3 of 8-GPU nodes,
+    # local rank 1 is rank 25. A sibling file whose lines say [rank25]: settles it for the
+    # whole directory (error.json and stdout.log carry no prefix).
+    for source in found.sources:
+        ranks = content_rank.get(source.path.parent, set())
+        if len(ranks) == 1 and source not in consoles and _TORCHRUN_LAYOUT.search(source.name):
+            source.rank = next(iter(ranks))
+        if source.rank is not None and source.kind == "text_log" and source not in consoles:
+            dedicated.add(source.rank)
     for console in consoles:
         console.tee_ranks_elsewhere = frozenset(dedicated)
     found.fingerprint = digest.hexdigest()[:16]

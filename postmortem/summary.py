@@ -197,16 +197,18 @@ def rank_endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     agent = _rows(con, """
         SELECT rank, ts, attrs->>'signal' AS signal, file, line_no, message FROM events
         WHERE run_id = ? AND kind = 'agent_signal' AND rank IS NOT NULL ORDER BY ts""", [run_id])
+    # Ties in time (two files, one millisecond) are broken by file and line, so the answer
+    # does not depend on the order files were parsed in.
     last = _rows(con, """
-        SELECT rank, arg_max(ts, ts) AS ts, arg_max(file, ts) AS file, arg_max(line_no, ts) AS line_no,
-               arg_max(message, ts) AS message
-        FROM events WHERE run_id = ? AND rank IS NOT NULL AND ts IS NOT NULL
-          AND kind NOT IN ('torchrun_failure', 'agent_signal', 'agent_failure') GROUP BY rank""", [run_id])
+        SELECT rank, ts, file, line_no, message FROM events
+        WHERE run_id = ? AND rank IS NOT NULL AND ts IS NOT NULL
+          AND kind NOT IN ('torchrun_failure', 'agent_signal', 'agent_failure')
+        QUALIFY row_number() OVER (PARTITION BY rank ORDER BY ts DESC, file DESC, line_no DESC) = 1""", [run_id])
     first_error = _rows(con, """
-        SELECT rank, arg_min(ts, ts) AS ts, arg_min(file, ts) AS file, arg_min(line_no, ts) AS line_no,
-               arg_min(message, ts) AS message
-        FROM events WHERE run_id = ? AND rank IS NOT NULL AND level IN ('E', 'F') AND ts IS NOT NULL
-          AND kind NOT IN ('torchrun_failure', 'agent_signal', 'agent_failure') GROUP BY rank""", [run_id])
+        SELECT rank, ts, file, line_no, message FROM events
+        WHERE run_id = ? AND rank IS NOT NULL AND level IN ('E', 'F') AND ts IS NOT NULL
+          AND kind NOT IN ('torchrun_failure', 'agent_signal', 'agent_failure')
+        QUALIFY row_number() OVER (PARTITION BY rank ORDER BY ts, file, line_no) = 1""", [run_id])
     last_by_rank = {r["rank"]: r for r in last}
     error_by_rank = {r["rank"]: r for r in first_error}
     endings = []

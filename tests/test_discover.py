@@ -89,3 +89,13 @@ def test_parsing_across_processes_gives_what_parsing_in_one_gives(monkeypatch):
     for key in ("verdict", "ranks", "world_size", "ranks_seen", "versions"):
         assert parallel[key] == serial[key], key
     assert [f["signature"] for f in parallel["findings"]] == [f["signature"] for f in serial["findings"]]
+
+
+def test_torchrun_local_rank_dirs_take_the_global_rank_their_logs_name(tmp_path):
+    from .test_synth import synth
+
+    job = synth.synthesize(sample_dir("rank_sigkill"), tmp_path / "job", ranks=8, per_node=4)
+    sources = {s.name: s.rank for s in discover(job).sources}
+    (error_file,) = [name for name in sources if name.startswith("node001/") and name.endswith("/1/error.json")]
+    assert sources[error_file] == 5  # local rank 1 on the second node
+    assert sources[error_file.replace("error.json", "stdout.log")] == 5

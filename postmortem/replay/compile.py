@@ -37,7 +37,7 @@ def plan(con: duckdb.DuckDBPyConnection, run_id: str) -> CompilePlan | None:
     """The most-recompiled frame of the run, and the calls that made it recompile."""
     top = con.execute(
         """
-        SELECT rank, function, code_file, code_line, count(DISTINCT attempt) AS n
+        SELECT rank, function, code_file, code_line, count(DISTINCT regexp_replace(attempt, '_[0-9]+$', '')) AS n
         FROM compiles WHERE run_id = ? AND event = 'recompile' AND rank IS NOT NULL
         GROUP BY ALL ORDER BY n DESC, rank LIMIT 1
         """, [run_id]).fetchall()

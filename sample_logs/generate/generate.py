@@ -1,8 +1,10 @@
 """Produce the sample corpus: run each scenario of train.py under torchrun and keep what it leaves.
 
-    python sample_logs/generate/generate.py                      # every scenario, gloo / CPU
+    python sample_logs/generate/generate.py                      # every CPU scenario, gloo
     python sample_logs/generate/generate.py --only healthy,rank_sigkill
+    python sample_logs/generate/generate.py --device cuda        # every GPU scenario (one GPU)
     python sample_logs/generate/generate.py --backend nccl --out sample_logs_gpu
+    python sample_logs/generate/generate.py --readme             # only rewrite README.md
 
 For each scenario it makes ``<out>/<scenario>/`` holding:
 
@@ -10,7 +12,10 @@ For each scenario it makes ``<out>/<scenario>/`` holding:
 * ``logs/``           torchrun ``--log-dir`` (``--redirects 3 --tee 3``: per-rank stdout/stderr)
 * ``pyspy/rank<r>.{txt,json}``   for hang scenarios, py-spy dumps taken ~10 s into the hang
 * ``nccl_trace_rank_<r>``        flight-recorder dumps, where the backend writes them
-* ``torch_trace/``    TORCH_TRACE structured logs (recompile_limit only)
+* ``torch_trace/``    TORCH_TRACE structured logs (the compile scenarios), gzipped
+* ``profiler/``       torch.profiler traces (tensorboard_trace_handler; perf / memory scenarios)
+* ``memory_snapshot_rank<r>.pickle``  CUDA memory snapshots dumped at an OOM (memory_leak)
+* ``logs/<run>/attempt_0/<r>/error.json``  torchrun's per-rank error files (``@record``)
 * ``expected.json``   what a correct analyzer should say; ``planted_line`` / ``user_line`` are
                       computed from the ``# PLANTED(<scenario>)`` / ``# EVIDENCE(<scenario>)``
                       marker comments in train.py (never typed in), ``exit`` from the real run
@@ -79,7 +84,7 @@ SCENARIOS = {
         planted="as allgather_shard_mismatch, with TORCH_DISTRIBUTED_DEBUG=DETAIL",
         # what really happens on gloo (see NOTES): both ranks segfault inside DDP(...) first
         signatures=["native-crash"], root_cause="native-crash", culprit_ranks=[0, 1],
-        marker="allgather_shard_mismatch", user_line=None,
+        marker="allgather_shard_mismatch", evidence="collective_mismatch_detail",
     ),
     "dtype_mismatch": dict(
         steps=10,
@@ -113,10 +118,127 @@ SCENARIOS = {
         user_line=None,
     ),
     "native_crash": dict(
-        steps=10,
-        planted="step 4: rank 1 reads address 0 via ctypes.string_at(0) in train_step (SIGSEGV)",
+        steps=10, env={"PYTHONFAULTHANDLER": "1"},
+        planted="step 4: rank 1 reads address 0 via ctypes.string_at(0) in train_step (SIGSEGV); "
+                "run with PYTHONFAULTHANDLER=1, so the crash prints a Python stack",
         signatures=["native-crash", "rank-crash"], root_cause="native-crash", culprit_ranks=[1],
+    ),
+    "non_finite_loss": dict(
+        steps=10,
+        planted="step 4: a corrupt record: one NaN feature in rank 1's batch (check_batch); "
+                "training goes on",
+        signatures=["non-finite-loss"], root_cause="non-finite-loss", culprit_ranks=[1],
         user_line=None,
+    ),
+    "checkpoint_key_mismatch": dict(
+        steps=10,
+        planted="step 4: every rank saves the state_dict of the compiled module "
+                "(torch.compile(DDP(model)): keys `_orig_mod.module.*`) and loads it back into "
+                "the plain model with strict=True (maybe_checkpoint / load_checkpoint)",
+        signatures=["checkpoint-key-mismatch"], root_cause="checkpoint-key-mismatch",
+        culprit_ranks=[],
+    ),
+    "compile_failure": dict(
+        steps=6, torch_trace=True,
+        planted="ClampedMLP.forward branches on a tensor value (`if h.abs().max() > 1e4`); the "
+                "model is compiled with model.compile(fullgraph=True) and then wrapped in DDP",
+        signatures=["compile-failure"], root_cause="compile-failure", culprit_ranks=[],
+    ),
+    "timeout_misconfigured": dict(
+        steps=10, hang=True, pyspy=True,
+        planted="step 4: rank 0 alone writes a checkpoint to storage throttled to ~25 kB/s "
+                "(~43 s, save_checkpoint) while rank 1 goes on into the DDP gradient all-reduce; "
+                "the collective timeout is 30 s",
+        signatures=["timeout-misconfigured"], root_cause="timeout-misconfigured",
+        culprit_ranks=[0],
+    ),
+    "healthy_fsdp": dict(
+        steps=10,
+        planted="nothing: 10 ordinary FSDP2 steps (fully_shard on each Linear and on the root) "
+                "+ torch.compile",
+        signatures=[], root_cause=None, culprit_ranks=[], marker=None, user_line=None,
+    ),
+    "recompile_shapes": dict(
+        steps=12, torch_trace=True,
+        planted="the batch size changes every step (64, 56, ... 24) and differs across ranks "
+                "(ragged_batch: rank 1 is 3 sizes ahead), with torch.compile(dynamic=False)",
+        signatures=["recompile-storm"], root_cause="recompile-storm", culprit_ranks=[],
+    ),
+    "straggler": dict(
+        steps=10, profiler=True,
+        planted="rank 1 sleeps 0.3 s per step in fetch_batch (its data path); profiler window "
+                "on steps 3-5 (record_shapes, profile_memory)",
+        signatures=["straggler"], root_cause="straggler", culprit_ranks=[1], user_line=None,
+    ),
+    "divergent_compile": dict(
+        steps=10, torch_trace=True,
+        # the logs name the recompiled frame, MLP.forward's def line (recompile_shapes' marker)
+        evidence="recompile_shapes",
+        planted="step 2: rank 1 alone feeds its batch in a (1, 64, 256) packed layout "
+                "(packed_batch: one more dim, same values) to the module compiled with "
+                "dynamic=False; the loss, the gradients and every collective stay the same",
+        signatures=["rank-divergent-compile"], root_cause="rank-divergent-compile",
+        culprit_ranks=[1],
+    ),
+    # ---- GPU scenarios (--device cuda; two ranks share cuda:0 over gloo unless stated)
+    "recompile_limit_cuda": dict(
+        gpu=True, marker="recompile_limit", steps=14, torch_trace=True,
+        planted="as recompile_limit, on CUDA (inductor / Triton)",
+        signatures=["recompile-limit", "recompile-storm"], root_cause="recompile-limit",
+        culprit_ranks=[],
+    ),
+    "graph_breaks_cuda": dict(
+        gpu=True, marker="graph_breaks", steps=6,
+        planted="as graph_breaks, on CUDA (inductor / Triton)",
+        signatures=["graph-break"], root_cause="graph-break", culprit_ranks=[],
+    ),
+    "recompile_shapes_cuda": dict(
+        gpu=True, marker="recompile_shapes", steps=12, torch_trace=True,
+        planted="as recompile_shapes, on CUDA (inductor / Triton)",
+        signatures=["recompile-storm"], root_cause="recompile-storm", culprit_ranks=[],
+    ),
+    "compile_failure_cuda": dict(
+        gpu=True, marker="compile_failure", steps=6, torch_trace=True,
+        planted="as compile_failure, on CUDA",
+        signatures=["compile-failure"], root_cause="compile-failure", culprit_ranks=[],
+    ),
+    "memory_leak": dict(
+        gpu=True, steps=60, profiler=True,
+        planted="every step a validation forward of 8192 samples runs without torch.no_grad() and "
+                "its output (with its autograd graph) is kept in a list (validate); per-process "
+                "memory cap 896 MiB (set_per_process_memory_fraction); memory history recorded, "
+                "snapshot dumped in the OOM handler; profiler window on steps 3-5",
+        signatures=["memory-leak"], root_cause="memory-leak", culprit_ranks=[],
+    ),
+    "cuda_oom_spike": dict(
+        gpu=True, steps=10,
+        planted="step 4: rank 1 builds a (262144 x 262144) float mask, ~256 GiB, in one allocation "
+                "(build_pair_mask); no growth before",
+        signatures=["cuda-oom"], root_cause="cuda-oom", culprit_ranks=[1],
+    ),
+    "device_assert": dict(
+        gpu=True, steps=10,
+        planted="step 4: rank 1 looks up id 1000 in a 1000-row nn.Embedding (add_id_features)",
+        signatures=["cuda-device-assert"], root_cause="cuda-device-assert", culprit_ranks=[1],
+        user_line=None,
+    ),
+    "straggler_cuda": dict(
+        gpu=True, marker="straggler", steps=10, profiler=True,
+        planted="as straggler, on CUDA (profiler with CUDA activity)",
+        signatures=["straggler"], root_cause="straggler", culprit_ranks=[1], user_line=None,
+    ),
+    "nccl_watchdog_timeout": dict(
+        gpu=True, backend="nccl", nproc=1, steps=10, hang=True, pyspy=True,
+        env={"TORCH_NCCL_ENABLE_TIMING": "1"},
+        planted="backend nccl, one rank: step 4 enqueues torch.cuda._sleep (~60 s of cycles) on "
+                "the current stream, then the metric all_reduce (sync_metric), which cannot "
+                "complete before the 30 s timeout",
+        signatures=["collective-timeout"], root_cause="collective-timeout", culprit_ranks=[],
+    ),
+    "nccl_duplicate_gpu": dict(
+        gpu=True, backend="nccl", device="cuda:0", steps=10,
+        planted="backend nccl, 2 ranks, both forced onto cuda:0 (--device cuda:0)",
+        signatures=["nccl-error"], root_cause="nccl-error", culprit_ranks=[],
     ),
 }
 
@@ -125,31 +247,53 @@ NOTES = {
     "rank_sigkill":
         "On gloo rank 0 does not wait for the 30 s timeout: its DDP backward all-reduce fails at "
         "once with a gloo connection error (tcp/pair.cc 'Connection reset by peer' or 'Connection "
-        "closed by peer') when rank 1's sockets close; torchrun then SIGTERMs rank 0. No "
-        "flight-recorder dump (gloo writes none). user_line is null: SIGKILL leaves no "
+        "closed by peer') when rank 1's sockets close; torchrun then SIGTERMs rank 0. Only rank "
+        "0 dumps the flight recorder (train.py's dump_flight_recorder, in main's exception "
+        "path): nccl_trace_rank_0 ends at collective_seq_id 14, step 4's gradient all-reduce; "
+        "rank 1 (SIGKILL) cannot dump. user_line is null: SIGKILL leaves no "
         "traceback, so no log names train_step's os.kill line (planted_line).",
     "rank_exception":
         "Rank 1's ValueError traceback ends in check_batch; rank 0's backward all-reduce fails at "
-        "once with a gloo connection error (closed / reset by peer) and torchrun SIGTERMs it.",
+        "once with a gloo connection error (closed / reset by peer) and torchrun SIGTERMs it. "
+        "Both ranks dump the flight recorder from main's exception path: rank 1's ends at "
+        "collective_seq_id 12 (step 3), rank 0's at 14 (step 4's gradient all-reduces).",
     "hang_dataloader":
         "Rank 0's DDP backward all-reduce raises gloo 'Timed out waiting 30000ms for recv "
         "operation to complete' after 30 s and exits 1; torchrun then SIGTERMs rank 1 and names "
         "rank 0 as the 'first observed failure' -- the wrong culprit. py-spy shows rank 1 in "
-        "Queue.get under fetch_batch. gloo has no flight-recorder dump-on-timeout, so there are "
-        "no nccl_trace_rank_* files.",
+        "Queue.get under fetch_batch. gloo has no flight-recorder dump-on-timeout; train.py dumps "
+        "it itself: rank 0 from main's exception path (ends at collective_seq_id 14, step 4's "
+        "gradient all-reduce), rank 1 from its SIGTERM handler (ends at 12: it never reached "
+        "step 4's all-reduces). gloo leaves every entry in state 'scheduled' (no "
+        "started/completed tracking): the sequence ids, not the states, show who is behind.",
     "hang_conditional_barrier":
         "collective-mismatch, not collective-hang: both ranks are inside a collective at the same "
         "point of the sequence, rank 0 in dist.barrier() (maybe_sync_before_step) and rank 1 in "
-        "the DDP backward gradient all-reduce (py-spy shows both). Both raise gloo 'Timed out "
-        "waiting 30000ms for recv operation' after 30 s and exit 1. Culprit rank 0: its code path "
-        "differs (only rank 0 takes the `if rank == 0:` barrier); user_line is that barrier.",
+        "the DDP backward gradient all-reduce (py-spy shows both). After 30 s rank 0's barrier "
+        "raises gloo 'Timed out waiting 30000ms for recv operation to complete'; rank 1's "
+        "all-reduce fails too (in this run it timed out as well; in an earlier run with "
+        "'Connection closed by peer' as rank 0 tore down). Which exit torchrun sees first "
+        "varies: in this run rank 0 (exit 1) is first observed and rank 1 is SIGTERMed (its "
+        "error.json holds its timeout); in an earlier run the other way round. Both dump the "
+        "flight recorder from main's exception path, and the dumps show the mismatch: "
+        "collective_seq_id 13 is gloo:barrier on rank 0 (its last entry) but the 262144-float "
+        "gloo:all_reduce on rank 1 (which goes on to 14). Culprit rank "
+        "0: its code path differs (only rank 0 takes the `if rank == 0:` barrier); user_line is "
+        "that barrier.",
     "allgather_shard_mismatch":
         "gloo neither hangs nor times out: rank 1's gloo thread hits gloo::EnforceNotMet "
         "'op.preamble.length <= op.nbytes. 8192 vs 8000. Received data size doesn't match expected "
         "size. Is there a distributed collective mismatch in your code?' -> std::terminate -> "
-        "SIGABRT (no Python traceback on rank 1); rank 0 fails in the all_gather_into_tensor with "
-        "a gloo connection error (reset / closed by peer) and is SIGTERMed. The 4096-vs-4000 numel is not printed; only "
-        "the byte counts of one transfer (8192 vs 8000).",
+        "SIGABRT; no Python exception on rank 1, but faulthandler (enabled by torchrun's @record "
+        "on main) prints 'Fatal Python error: Aborted' with every thread's stack: rank 1's main "
+        "thread is in gather_flat_params' all_gather_into_tensor (user_line). Rank 0 fails with a "
+        "gloo connection error (reset / closed by peer) and is SIGTERMed: in an earlier run in "
+        "the all_gather_into_tensor itself; in this run its side of the step 4 all-gather "
+        "completed (receiving 8000 bytes where 8192 fit passes gloo's check), it logged step 4 "
+        "and failed in step 5's gradient all-reduce. Rank 0 dumps the flight recorder from "
+        "main's exception path (ends at collective_seq_id 21; seq 19 is its gloo:all_gather of "
+        "[4096] floats); rank 1 (SIGABRT) cannot dump, so the 4000 side is in no dump. The "
+        "4096-vs-4000 numel is not printed; only the byte counts of one transfer (8192 vs 8000).",
     "collective_mismatch_detail":
         "NOT as planned: with TORCH_DISTRIBUTED_DEBUG=DETAIL on gloo, torch 2.13.0+cpu segfaults "
         "in DDP's constructor (DistributedDataParallel._ddp_init_helper -> "
@@ -157,24 +301,37 @@ NOTES = {
         "reproduced with a bare DDP(nn.Linear) under DETAIL; INFO does not crash) on both ranks, "
         "right after the ProcessGroupWrapper 'Running collective: CollectiveFingerPrint' lines "
         "of DDP's init broadcasts and before step 0. Both exit -11 (SIGSEGV), no Python "
-        "traceback. The planted all-gather mismatch is never reached; the DDP(...) line in "
-        "main() (EVIDENCE marker) is where it dies, which no log names.",
+        "exception; faulthandler (enabled by torchrun's @record on main) prints 'Fatal Python "
+        "error: Segmentation fault' and the stack, which names the DDP(...) line in build() "
+        "(EVIDENCE marker, user_line). The planted all-gather mismatch is never reached "
+        "(planted_line).",
     "dtype_mismatch":
         "gloo neither hangs nor times out: rank 1 (bf16) hits gloo::EnforceNotMet 'op.preamble."
         "length <= op.nbytes. 1024 vs 512 ... Is there a distributed collective mismatch in your "
-        "code?' -> SIGABRT; rank 0 (fp32) fails in dist.all_reduce with a gloo "
-        "connection error (reset / closed by peer) and is SIGTERMed. The dtypes themselves are not printed, only byte counts.",
+        "code?' -> SIGABRT; faulthandler (enabled by torchrun's @record) prints rank 1's stack, "
+        "its main thread in sync_metric's dist.all_reduce (user_line). Rank 0 (fp32) fails in "
+        "dist.all_reduce with a gloo connection error (reset / closed by peer) and is SIGTERMed. "
+        "The dtypes themselves are not printed, only byte counts. Rank 0 dumps the flight "
+        "recorder from main's exception path (last entry collective_seq_id 19: gloo:all_reduce "
+        "of [1024] Float, the metric); rank 1 (SIGABRT) cannot dump, so no dump shows the "
+        "bf16 side.",
     "rank_frozen":
         "Rank 0's backward all-reduce times out after 30 s (gloo recv timeout) and exits 1; "
         "torchrun SIGTERMs rank 1, which is stopped and cannot act on it, then SIGKILLs it after "
         "its 30 s grace period (exitcode -9). torchrun's 'first observed failure' is rank 0, the "
         "wrong culprit. No py-spy (a stopped process), by design, so no log names the line: "
-        "user_line is null.",
+        "user_line is null. Rank 0 dumps the flight recorder from main's exception path (ends "
+        "at collective_seq_id 14, step 4's gradient all-reduce); rank 1, stopped, never runs "
+        "its SIGTERM handler and dies by SIGKILL: no dump.",
     "native_crash":
-        "Rank 1 dies of SIGSEGV (exitcode -11) with no Python traceback (faulthandler is off, as "
-        "in most jobs), so no log names the ctypes.string_at line: user_line is null; rank 0's "
+        "Rank 1 dies of SIGSEGV (exitcode -11) and prints 'Fatal Python error: Segmentation "
+        "fault' with its Python stack, which names the ctypes.string_at line in train_step "
+        "(user_line). PYTHONFAULTHANDLER=1 is set for this scenario only, but torchrun's @record "
+        "(on main, every scenario) already calls faulthandler.enable(all_threads=True), so every "
+        "scenario that dies of a fatal signal (SIGSEGV, SIGABRT) prints such a stack. Rank 0's "
         "backward all-reduce fails with a gloo connection error (reset / closed by peer) and it "
-        "is SIGTERMed. Last thing rank 1 logged: step 3.",
+        "is SIGTERMed. Last thing rank 1 logged: step 3. Rank 0 dumps the flight recorder from "
+        "main's exception path (ends at collective_seq_id 14); rank 1 (SIGSEGV) cannot dump.",
     "recompile_limit":
         "On torch 2.13 a changing python float passed to a plain torch.compile goes "
         "automatic-dynamic after one recompile (specialize_float=False), so train.py compiles "
@@ -188,7 +345,153 @@ NOTES = {
     "ddp_unused_parameters":
         "Both ranks raise 'Expected to have finished reduction in the prior iteration' at step 1's "
         "forward and exit 1 (torchrun SIGTERMs the later one). The message names no parameter "
-        "(TORCH_DISTRIBUTED_DEBUG unset), so no log points at aux_head: user_line is null.",
+        "(TORCH_DISTRIBUTED_DEBUG unset), so no log points at aux_head: user_line is null. Both "
+        "ranks dump the flight recorder from main's exception path: 3 entries each, DDP's "
+        "init collectives (seq 1 all_gather, 2-3 broadcast); step 0's gradient all-reduce never "
+        "fired (the bucket holding aux_head never became ready).",
+    "non_finite_loss":
+        "As planned: rank 1 logs 'step 4 loss nan', rank 0 'step 4 loss 0.9510' (finite: the loss "
+        "is computed before the gradient all-reduce); the NaN gradients are averaged into every "
+        "rank's weights, so both ranks log 'loss nan' from step 5 to the end, and the job exits 0. "
+        "First non-finite loss: step 4, rank 1. No traceback or stack names the corrupt record, "
+        "so user_line is null (planted_line is the line that plants it).",
+    "checkpoint_key_mismatch":
+        "Both ranks raise at step 4 in load_checkpoint's load_state_dict (user_line): "
+        "'RuntimeError: Error(s) in loading state_dict for MLP: Missing key(s) in state_dict: "
+        "\"blocks.0.weight\", ... Unexpected key(s) in state_dict: "
+        "\"_orig_mod.module.blocks.0.weight\", ...': the prefix is `_orig_mod.module.` "
+        "(torch.compile's OptimizedModule around DDP), not `_orig_mod.` alone. torchrun names "
+        "the rank it saw exit first as first observed and SIGTERMs the other, whose error.json "
+        "holds the same error. Not rank-specific: culprit_ranks is empty.",
+    "compile_failure":
+        "Fails at step 0, not step 4: dynamo compiles at the first forward. Both ranks raise "
+        "'torch._dynamo.exc.Unsupported: Data-dependent branching' with 'from user code: ... "
+        "train.py, line <user_line>, in forward: if h.abs().max() > 1e4:' (each writes "
+        "error.json); torchrun may SIGTERM the one it sees second. Nothing was compiled, so "
+        "torch_trace is tiny. Not rank-specific: culprit_ranks is empty.",
+    "timeout_misconfigured":
+        "As planned. Rank 0 logs 'saving checkpoint step 4 to ...' and never 'checkpoint saved'; "
+        "py-spy (10 s in) shows rank 0 in save_checkpoint's throttled write loop (user_line) "
+        "under maybe_checkpoint -- checkpoint I/O, making progress -- and rank 1 in "
+        "loss.backward() (the DDP gradient all-reduce). Rank 1's all-reduce raises gloo 'Timed "
+        "out waiting 30000ms for recv operation to complete' and exits 1; torchrun SIGTERMs rank "
+        "0 mid-write and names rank 1 as the first observed failure -- the wrong culprit. What "
+        "tells it apart from collective-hang: the absent rank is inside checkpoint I/O (a "
+        "save_checkpoint / write frame, a 'saving checkpoint' line) that needs longer than the "
+        "30 s timeout, not blocked forever; the fix is a longer timeout (or an async / "
+        "all-rank checkpoint), not a code path. Flight-recorder dumps (train.py's own, on gloo): "
+        "rank 1 from main's exception path (ends at collective_seq_id 14, step 4's gradient "
+        "all-reduce), rank 0 from its SIGTERM handler mid-write (ends at 12, step 3).",
+    "healthy_fsdp":
+        "FSDP2 fully_shard runs on CPU with gloo on torch 2.13 (parameters are DTensors on cpu), "
+        "so this is a CPU run, not a GPU one. Dynamo logs graph breaks inside FSDP's own code "
+        "(torch/distributed/fsdp/_fully_shard/_fsdp_common.py): context, not blame. Exit 0.",
+    "recompile_shapes":
+        "Decided recompile-storm, not rank-divergent-compile. Each rank recompiles the same two "
+        "frames at the same steps 1-5 -- [0/1..5] dynamo's wrapper `inner` "
+        "(torch/_dynamo/external_utils.py) and [4/1..5] MLP.forward (train.py, user_line) -- on "
+        "the same guard, \"tensor 'x' size mismatch at index 0\"; only the sizes differ (rank "
+        "0: 'expected 64, actual 56', rank 1: 'expected 40, actual 32' at the same step). Both "
+        "end with the same six static graphs (one per batch size, under recompile_limit 8), and "
+        "the gradient all-reduce is unaffected, so the cross-rank difference is context, not "
+        "the root. Steps 0-5 each take seconds (compiles), steps 6-11 milliseconds. Exit 0. The "
+        "logs name the recompiled frame, not ragged_batch (planted_line).",
+    "straggler":
+        "As planned, but the per-step logs do not show who is slow: both ranks log the same "
+        "step_time (~0.33 s) because rank 0 waits for rank 1 in every gradient all-reduce. The "
+        "profiler traces of steps 3-5 (one per rank, 'distributedInfo' names the rank) do: rank "
+        "0's gloo:all_reduce / c10d::allreduce_ ops last ~300 ms each, rank 1's a few ms. gloo "
+        "runs collectives on the CPU, so there are no collective kernels. No stack names the "
+        "sleep: user_line is null. Exit 0.",
+    "divergent_compile":
+        "As planned; what differs between the ranks is only the input rank (ndim) of one forward. "
+        "At step 2 rank 1 alone calls the compiled model on a 3-d (1, 64, 256) batch (y made "
+        "(1, 64, 16) alike), rank 0 on the usual (64, 256). Only rank 1 logs recompiles, two, "
+        "both on the guard 'rank mismatch. expected 2, actual 3': [0/1] dynamo's wrapper "
+        "`inner` (torch/_dynamo/external_utils.py, \"tensor 'args[0]'\") and [4/1] MLP.forward "
+        "(train.py:58, the def line the log names: user_line, recompile_shapes' EVIDENCE marker; "
+        "\"tensor 'x'\"). Rank 0's TORCH_TRACE has frames 0-4 compiled once each, rank 1's "
+        "also 0/1 and 4/1. The values are the same, so the losses match the healthy run (rank 1 "
+        "step 2: 0.9645 in both), the DDP gradient all-reduces are the same on both ranks, "
+        "nothing hangs, and from step 3 on rank 1's 2-d batches hit the first cache entry "
+        "again (no further recompiles). The only cost shows in step 2's step_time, ~15.3 s on "
+        "both ranks: rank 1 compiling, rank 0 waiting for it in the gradient all-reduce. Exit 0, "
+        "no flight-recorder dump. No log names packed_batch (planted_line); train.py's call "
+        "`x, y = packed_batch(*ragged_batch(...))` replaced the loop's ragged_batch line in "
+        "place and packed_batch sits after main, so no marked line moved.",
+    "recompile_limit_cuda":
+        "As recompile_limit: '[4/8] torch._dynamo hit config.recompile_limit (8)' on both ranks "
+        "after eight recompiles on the guard `scale == <value>`; inductor compiled Triton "
+        "kernels each time. Exit 0.",
+    "graph_breaks_cuda":
+        "As graph_breaks: user-code graph breaks at NoisyMLP.forward's .item() (user_line), "
+        "print() (recurring on resumed frames) and the tensor-valued `if`; DDP's own breaks "
+        "(distributed.py, contextlib.py) are context. Exit 0.",
+    "recompile_shapes_cuda":
+        "As recompile_shapes (the same recompiles on the same guard at the same steps, ranks "
+        "differing only in the sizes): recompile-storm. Exit 0.",
+    "compile_failure_cuda":
+        "As compile_failure: both ranks raise torch._dynamo.exc.Unsupported 'Data-dependent "
+        "branching' at step 0's first forward, before any Triton kernel is compiled, and exit "
+        "1.",
+    "memory_leak":
+        "As planned: both ranks leak the same 32.5 MiB per step (mem_alloc_mb 102.7 at step 0 "
+        "-> 850.2 at step 23; mem_reserved_mb 124 -> 872 under the 896 MiB cap) and both raise "
+        "torch.OutOfMemoryError at step 24 ('Tried to allocate 16.00 MiB ... 896.00 MiB "
+        "allowed; Of the allocated memory 874.17 MiB is allocated by PyTorch, and 13.83 MiB is "
+        "reserved by PyTorch but unallocated') in validate's `out = model(x_val)`, after logging "
+        "'CUDA out of memory at step 24: memory snapshot written to ...'. The snapshots' live "
+        "blocks put ~605 MiB at validate -> model(x_val) and ~200 MiB at validate's "
+        "torch.randn(x_val): the kept activations and inputs. torchrun names rank 0 (exit 1) "
+        "first observed and SIGTERMs rank 1 (its error.json holds the same OOM). user_line is "
+        "validate's `out = model(x_val)`, the line the OOM traceback and the snapshot's top "
+        "allocation site name; the line that keeps the outputs (VAL_OUTPUTS.append, two lines "
+        "below) is planted_line: no log names it (it allocates nothing). Not rank-specific: "
+        "culprit_ranks is empty. Profiler traces (steps 3-5) are gzipped.",
+    "cuda_oom_spike":
+        "As planned: rank 1 raises 'torch.OutOfMemoryError: CUDA out of memory. Tried to "
+        "allocate 256.00 GiB. GPU 0 has a total capacity of 139.80 GiB ...' at step 4 in "
+        "build_pair_mask's torch.ones (user_line: the traceback's line, the one after the "
+        "planted one) with mem_alloc_mb flat at 69.2 before; rank 0's backward all-reduce gets "
+        "a gloo 'Connection closed by peer' and is SIGTERMed.",
+    "device_assert":
+        "The kernel prints '/pytorch/aten/src/ATen/native/cuda/IndexKernelUtils.cu:16: "
+        "vectorized_gather_kernel: block: [0,0,0], thread: [..] Assertion `ind >=0 && ind < "
+        "ind_dim_size && \"vectorized gather kernel index out of bounds\"` failed.' (64 "
+        "threads). The error surfaces asynchronously: rank 1's main thread raises "
+        "torch.AcceleratorError 'CUDA error: device-side assert triggered' in train_step's "
+        "loss.backward() (in error.json only: the console has no Python traceback for rank 1), "
+        "while its gloo worker thread hits the same error freeing a tensor, 'terminate called "
+        "after throwing an instance of c10::AcceleratorError' -> SIGABRT (exitcode -6, with a "
+        "faulthandler dump). Rank 0's backward all-reduce gets a gloo 'Connection closed by "
+        "peer' and is SIGTERMed. No log names the embedding lookup (add_id_features); the line "
+        "named, loss.backward(), is not where the fault is: user_line is null.",
+    "straggler_cuda":
+        "As straggler: both ranks log ~0.31 s per step; the profiler traces (gzipped, CUDA "
+        "activity on, 'NVIDIA H200' in deviceProperties) show rank 0's gloo:all_reduce ~300 ms "
+        "each, rank 1's ~1 ms. gloo all-reduces on the CPU, so there are no NCCL kernels. No "
+        "stack names the sleep: user_line is null. Exit 0.",
+    "nccl_watchdog_timeout":
+        "As planned, one rank: 30 s after the all_reduce was enqueued ProcessGroupNCCL logs "
+        "'Watchdog caught collective operation timeout: WorkNCCL(SeqNum=19, OpType=ALLREDUCE, "
+        "NumelIn=1024, NumelOut=1024, Timeout(ms)=30000) ran for 30030 milliseconds', 'last "
+        "enqueued work: 19, last completed work: 18', the Python stack of the failed collective "
+        "(sync_metric's all_reduce, user_line), and dumps the flight recorder to "
+        "nccl_trace_rank_0 (entry 19: nccl:all_reduce, state 'scheduled'). py-spy (10 s in) "
+        "shows the main thread spinning in sync_metric's .item() behind the sleep kernel. When "
+        "the ~60 s kernel ends, step 4 completes and is logged (step_time 60 s); the watchdog "
+        "then aborts the communicator, 'To avoid data inconsistency, we are taking the entire "
+        "process down', and the rank dies of SIGABRT (-6) ~60 s after the timeout. Nothing in "
+        "the logs localizes the cause beyond 'the collective never completed on the GPU': "
+        "collective-timeout, no culprit rank.",
+    "nccl_duplicate_gpu":
+        "As planned: at DDP's first collective (_verify_param_shape_across_processes, from the "
+        "DDP(...) line in build(): user_line) both ranks log 'NCCL WARN Duplicate GPU detected "
+        ": rank 1 and rank 0 both on CUDA device 60' and raise "
+        "'torch.distributed.DistBackendError: NCCL error in: .../NCCLUtils.cpp:93, invalid usage "
+        "... NCCL version 2.28.9 ... Last error: Duplicate GPU detected'; both exit 1. The fault "
+        "is the launch (every rank given cuda:0: planted_line is pick_device's explicit-device "
+        "return); no rank is more to blame than the other.",
 }
 
 
@@ -196,10 +499,13 @@ NOTES = {
 
 
 def marker_line(kind, name, required=True):
-    """train.py:<n> of the first code line after a ``# KIND(name)`` comment line."""
+    """train.py:<n> of the first code line after a ``# KIND(name)`` comment line, or of a code
+    line that ends in a ``# KIND(name)`` comment."""
     lines = TRAIN.read_text().splitlines()
     tag = f"# {kind}({name})"
     for i, line in enumerate(lines):
+        if tag in line and not line.strip().startswith("#"):
+            return f"{TRAIN.name}:{i + 1}"
         if line.strip().startswith(tag):
             for j in range(i + 1, len(lines)):
                 if lines[j].strip() and not lines[j].strip().startswith("#"):
@@ -217,12 +523,22 @@ def lines_for(name, spec):
     planted = marker_line("PLANTED", marker) if marker else None
     if "user_line" in spec and spec["user_line"] is None:
         return planted, None
-    return planted, marker_line("EVIDENCE", name, required=False) or planted
+    evidence = spec.get("evidence", marker or name)
+    return planted, marker_line("EVIDENCE", evidence, required=False) or planted
 
 
 def torchrun_cmd():
     exe = shutil.which("torchrun")
     return [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def free_port():
+    """A free TCP port for torchrun's store (so several generate.py can run side by side)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def rel(p, start):
@@ -254,11 +570,19 @@ SIGNAMES = {s.value: s.name for s in signal.Signals}
 
 
 def parse_failures(console):
-    """torchrun's failure table -> [{rank, exitcode, signal, traceback, root_cause}]."""
+    """torchrun's failure table -> [{rank, first_observed, exitcode, pid, signal, error_file,
+    traceback (its first line), exception (the exception line of a traceback from the rank's
+    error.json, where torchrun printed one)}]."""
     out = []
     root = False
     cur = None
+    in_tb = False
     for line in console.splitlines():
+        if in_tb and cur is not None:
+            if line.startswith("  ") and not line.startswith("   ") and line.strip():
+                cur.setdefault("exception", line.strip())
+            if not line.startswith("  ") or line.startswith("  ") and not line.strip():
+                in_tb = False
         if line.startswith("Root Cause (first observed failure)"):
             root = True
         m = re.match(r"\s+rank\s+: (\d+) \(local_rank", line)
@@ -273,9 +597,13 @@ def parse_failures(console):
             cur["pid"] = int(m.group(2))
             if code < 0:
                 cur["signal"] = SIGNAMES.get(-code, str(-code))
+        m = re.match(r"\s+error_file\s*: (.*)", line)
+        if m and cur is not None and m.group(1).strip() != "<N/A>":
+            cur["error_file"] = m.group(1).strip()
         m = re.match(r"\s+traceback\s+: (.*)", line)
         if m and cur is not None:
             cur["traceback"] = m.group(1).strip()
+            in_tb = cur["traceback"].startswith("Traceback (most recent call last)")
     return out
 
 
@@ -298,8 +626,35 @@ def describe_exit(rc, killed, failures):
 # --------------------------------------------------------------------------- one scenario
 
 
-def run_scenario(name, backend, out_root, cwd):
+def spec_fields(name, spec):
+    """The parts of expected.json that come from the scenario's spec (not from the run)."""
+    planted_line, user_line = lines_for(name, spec)
+    return {
+        "signatures": spec["signatures"],
+        "root_cause": spec["root_cause"],
+        "culprit_ranks": spec["culprit_ranks"],
+        "user_line": user_line,
+        "planted_line": planted_line,
+        "planted": spec["planted"],
+        "note": NOTES.get(name),
+    }
+
+
+def make_expected(name, fields, run):
+    """expected.json, in a fixed key order: spec fields + what the run did."""
+    keys = ["scenario", "signatures", "root_cause", "culprit_ranks", "user_line", "planted_line",
+            "backend", "device", "world_size", "exit", "planted", "torchrun_rc", "failures",
+            "torch", "hardware", "wall_s", "regenerate", "pyspy", "note"]
+    merged = {"scenario": name, **run, **fields}
+    return {k: merged.get(k) for k in keys if k in merged and (
+        merged[k] is not None or k not in ("pyspy", "note"))}
+
+
+def run_scenario(name, backend, device_arg, out_root, cwd):
     spec = SCENARIOS[name]
+    backend = spec.get("backend", backend)
+    device_arg = spec.get("device", device_arg)
+    nproc = spec.get("nproc", 2)
     sdir = (out_root / name).resolve()
     if sdir.exists():
         shutil.rmtree(sdir)
@@ -324,16 +679,22 @@ def run_scenario(name, backend, out_root, cwd):
     })
     if backend == "nccl":
         env["NCCL_DEBUG"] = "INFO"
+        env["NCCL_DEBUG_SUBSYS"] = "INIT,COLL"
+    if device_arg != "cpu":
+        # NVLink multicast stays off on shared GPU hosts
+        env.update({"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                    "NVSHMEM_DISABLE_NVLS": "1"})
     if spec.get("torch_trace"):
         env["TORCH_TRACE"] = str(sdir / "torch_trace")
     env.update(spec.get("env", {}))
 
     cmd = torchrun_cmd() + [
-        "--nproc-per-node", "2",
+        "--nproc-per-node", str(nproc), "--master-port", str(free_port()),
         "--log-dir", rel(sdir / "logs", cwd),
         "--redirects", "3", "--tee", "3",
         rel(TRAIN, cwd),
-        "--scenario", name, "--backend", backend, "--steps", str(spec["steps"]),
+        "--scenario", name, "--backend", backend, "--device", device_arg,
+        "--steps", str(spec["steps"]), "--out-dir", rel(sdir, cwd),
     ]
     print(f"[generate] {name}: {' '.join(cmd)}", flush=True)
     t0 = time.time()
@@ -359,7 +720,7 @@ def run_scenario(name, backend, out_root, cwd):
             if hang_seen_at is None:
                 done = set(int(r) for r in re.findall(
                     rf"\[rank(\d+)\] step {FAIL_STEP - 1} loss", text))
-                if len(done) >= 2:
+                if len(done) >= nproc:
                     hang_seen_at = time.time()
             elif (spec.get("pyspy") and pyspy_status is None
                   and time.time() - hang_seen_at >= HANG_DUMP_AFTER_S):
@@ -377,42 +738,45 @@ def run_scenario(name, backend, out_root, cwd):
     for f in sorted((sdir / "torch_trace").glob("*")) if (sdir / "torch_trace").is_dir() else []:
         if f.is_file() and f.suffix != ".gz":
             subprocess.run(["gzip", "-9", "-n", str(f)], check=True)
-    planted_line, user_line = lines_for(name, spec)
     console_text = console_path.read_text(errors="replace")
     failures = parse_failures(console_text)
     m = re.search(r"torch=(\S+)", console_text)
     torch_version = m.group(1) if m else None
+    m = re.search(r" device=(\S+) gpu=(.+)", console_text)
+    gpu = m.group(2).strip() if m and m.group(2).strip() != "none" else None
     if spec.get("pyspy") and pyspy_status is None:
         pyspy_status = "no py-spy dump: the run ended before the hang reached 10 s"
 
-    expected = {
-        "scenario": name,
-        "signatures": spec["signatures"],
-        "root_cause": spec["root_cause"],
-        "culprit_ranks": spec["culprit_ranks"],
-        "user_line": user_line,
-        "planted_line": planted_line,
+    regen = f"python sample_logs/generate/generate.py --only {name}"
+    regen += f" --device {device_arg}" if device_arg != "cpu" else f" --backend {backend}"
+    run = {
         "backend": backend,
-        "world_size": 2,
+        "device": device_arg,
+        "world_size": nproc,
         "exit": describe_exit(rc, killed, failures),
-        "planted": spec["planted"],
         "torchrun_rc": rc,
         "failures": failures,
         "torch": torch_version,
-        "hardware": hardware(backend),
+        "hardware": hardware(device_arg, gpu, backend, nproc),
         "wall_s": round(wall, 1),
-        "regenerate": f"python sample_logs/generate/generate.py --only {name} --backend {backend}",
+        "regenerate": regen,
+        "pyspy": pyspy_status,
     }
-    if pyspy_status is not None:
-        expected["pyspy"] = pyspy_status
-    if name in NOTES:
-        expected["note"] = NOTES[name]
+    expected = make_expected(name, spec_fields(name, spec), run)
     (sdir / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
     print(f"[generate] {name}: {expected['exit']} in {wall:.0f} s", flush=True)
     return expected
 
 
-def hardware(backend):
+def hardware(device_arg, gpu, backend, nproc):
+    if device_arg != "cpu":
+        if nproc == 1:
+            where = "one rank"
+        elif backend == "gloo" or device_arg.startswith("cuda:"):
+            where = f"all {nproc} ranks on cuda:0"
+        else:
+            where = "one GPU per rank"
+        return f"GPU {gpu or '?'} ({where}), {os.cpu_count()} CPU cores"
     cpu = platform.processor() or platform.machine()
     try:
         for line in open("/proc/cpuinfo"):
@@ -421,13 +785,6 @@ def hardware(backend):
                 break
     except OSError:
         pass
-    if backend == "nccl":
-        try:
-            gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                  capture_output=True, text=True).stdout.strip().splitlines()
-            return f"{len(gpus)}x {gpus[0]}" if gpus else "GPU"
-        except OSError:
-            return "GPU"
     return f"CPU only, {os.cpu_count()} cores ({cpu})"
 
 
@@ -441,21 +798,52 @@ Every folder here is what one real run of `generate/train.py` left behind, produ
 --log-dir <scenario>/logs --redirects 3 --tee 3 generate/train.py --scenario NAME` with
 `TORCH_LOGS=recompiles,graph_breaks`, `TORCH_CPP_LOG_LEVEL=INFO`, the flight recorder asked
 for (`TORCH_FR_BUFFER_SIZE=2000`, `TORCH_NCCL_TRACE_BUFFER_SIZE=2000`,
-`TORCH_NCCL_DUMP_ON_TIMEOUT=1`, dumps to `<scenario>/nccl_trace_rank_<r>`), a 30 s collective
+`TORCH_NCCL_DUMP_ON_TIMEOUT=1`, dumps to `<scenario>/nccl_trace_rank_<r>`: the NCCL watchdog
+writes them on a timeout; on gloo, where nothing dumps automatically, `train.py` does it itself
+the way a careful user would, `torch._C._distributed_c10d._dump_fr_trace()` pickle bytes written
+once per process to `$TORCH_FR_DUMP_TEMP_FILE<rank>` when a step raises (in main's exception
+path) and from a SIGTERM handler (torchrun SIGTERMs the survivors; the handler dumps, then the
+rank still dies by SIGTERM), logging one `flight recorder dumped to ...` line; a rank killed by
+SIGKILL / SIGSEGV / SIGABRT or frozen by SIGSTOP leaves none, and runs that exit 0 leave none;
+gloo entries (`gloo:all_reduce` etc.) stay in state `scheduled`), a 30 s collective
 timeout, `OMP_NUM_THREADS=1`, the inductor FX-graph and autograd caches off
 (`TORCHINDUCTOR_FX_GRAPH_CACHE=0`, `TORCHINDUCTOR_AUTOGRAD_CACHE=0`: every run compiles).
-`torch_trace/*.log.gz` are TORCH_TRACE logs gzipped by generate.py (content unchanged).
- `train.py` is a ~0.3 M-parameter MLP wrapped as
-`torch.compile(DDP(model))` on seeded synthetic data; each scenario plants one failure at
-step 4 in its own small function, the line after a `# PLANTED(<scenario>)` comment
-(`planted_line`); `user_line` is where the logs point (an `# EVIDENCE(<scenario>)` comment
-where that differs, e.g. the collective call a size mismatch shows up in).
+`torch_trace/*.log.gz` are TORCH_TRACE logs (compile scenarios) gzipped by generate.py
+(content unchanged). `train.py`'s `main` is decorated with torchrun's `@record`, so a rank
+that raises leaves `logs/<run>/attempt_0/<r>/error.json`. `train.py` is a ~0.3 M-parameter
+MLP wrapped as `torch.compile(DDP(model))` (FSDP2 `fully_shard` in `healthy_fsdp`) on seeded
+synthetic data; each scenario plants one failure, mostly at step 4, in its own small
+function, the line after a `# PLANTED(<scenario>)` comment (`planted_line`); `user_line` is
+where the logs point (an `# EVIDENCE(<scenario>)` comment where that differs, e.g. the
+collective call a size mismatch shows up in).
+
+GPU scenarios (`ran on` names a GPU) ran with `--device cuda`: two ranks share cuda:0 over
+gloo unless the row says nccl; torch.compile uses inductor (Triton kernels) there; every rank
+logs `torch.cuda.get_device_name()` at start; nccl runs add `NCCL_DEBUG=INFO
+NCCL_DEBUG_SUBSYS=INIT,COLL`; NVLink multicast is kept off (`NCCL_NVLS_ENABLE=0
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1`). A `_cuda` scenario plants the
+same failure as the CPU scenario of the same name. The GPU rows ran in two `run` calls of
+the project's single-H200 machine (`python3 sample_logs/generate/generate.py --device cuda
+--only A,B,...`, two such commands side by side; torchrun gets a free `--master-port`), their
+folders packed as one tarball and unpacked here. train.py has since gained three trailing
+`# EVIDENCE(...)` comments (lines 58, 233, 307) that mark where those logs point, and the gloo
+flight-recorder dump (SIGTERM hook installed by `init_distributed` at line 429, the step's
+`except` at 480-483, the dump code after `main`): no marked line moved, but `main()` itself
+moved from line 497 to 563, so the GPU logs' `<module>` frames name line 497; the GPU runs
+predate the dump, so their gloo rows have no `nccl_trace_rank_*`. `divergent_compile` then
+added `packed_batch` after `main` (its call replaced the loop's ragged_batch line 465 in
+place): again no marked line moved, but `main()` moved from 563 to 579, so the `<module>`
+frames of the CPU logs made before it name line 563.
 
 Per folder: `console.log` (torchrun's console, ranks prefixed `[default<r>]:`),
-`logs/<run>/attempt_0/<r>/{stdout,stderr}.log`, `expected.json` (the verdict a correct
-analyzer should reach, how the run really ended, torchrun's failure table parsed, notes),
-and where produced `pyspy/rank<r>.{txt,json}` (py-spy dumps ~10 s into a hang),
-`nccl_trace_rank_<r>` (flight recorder), `torch_trace/` (TORCH_TRACE).
+`logs/<run>/attempt_0/<r>/{stdout,stderr}.log` (and `error.json`), `expected.json` (the
+verdict a correct analyzer should reach, how the run really ended, torchrun's failure table
+parsed, notes), and where produced `pyspy/rank<r>.{txt,json}` (py-spy dumps ~10 s into a
+hang), `nccl_trace_rank_<r>` (flight recorder), `torch_trace/` (TORCH_TRACE), `profiler/`
+(torch.profiler `tensorboard_trace_handler` traces of steps 3-5, `record_shapes`,
+`profile_memory`; plain `.pt.trace.json` on CPU, `.pt.trace.json.gz` on CUDA),
+`memory_snapshot_rank<r>.pickle` (`torch.cuda.memory._dump_snapshot` in the OOM handler, memory
+history recorded with `max_entries=300, stacks="python"`).
 
 | scenario | planted | ran on | how it ended | root cause (culprit) | regenerate |
 | --- | --- | --- | --- | --- | --- |
@@ -488,22 +876,59 @@ def write_readme(out_root):
     (out_root / "README.md").write_text(text)
 
 
+def refresh_expected(out_root, names):
+    """Rewrite the spec-derived fields of existing expected.json files (signatures, root cause,
+    culprits, marker lines, planted text, note) and torchrun's failure table parsed again from
+    console.log, keeping what the run did (rc, wall time, py-spy, hardware) as recorded."""
+    for n in names:
+        path = out_root / n / "expected.json"
+        if not path.is_file():
+            continue
+        old = json.loads(path.read_text())
+        run = {k: v for k, v in old.items() if k not in spec_fields(n, SCENARIOS[n])}
+        run.setdefault("device", "cpu")
+        console = out_root / n / "console.log"
+        if console.is_file():  # torchrun's failure table, parsed again from the run's console
+            run["failures"] = parse_failures(console.read_text(errors="replace"))
+            run["exit"] = describe_exit(run["torchrun_rc"], run["exit"].startswith("killed"),
+                                        run["failures"])
+        path.write_text(json.dumps(make_expected(n, spec_fields(n, SCENARIOS[n]), run),
+                                   indent=2) + "\n")
+        print(f"[generate] {n}: expected.json refreshed", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", help="comma-separated scenario names (default: all)")
-    ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    ap.add_argument("--only", help="comma-separated scenario names (default: every scenario of "
+                                   "the chosen device: CPU ones for cpu, GPU ones for cuda)")
+    ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"],
+                    help="default backend (a scenario may force its own, e.g. nccl_*)")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu | cuda (gloo: every rank on cuda:0; nccl: cuda:LOCAL_RANK)")
     ap.add_argument("--out", default="sample_logs", help="output directory (default: sample_logs)")
+    ap.add_argument("--readme", action="store_true", help="only rewrite <out>/README.md")
+    ap.add_argument("--refresh-expected", action="store_true",
+                    help="only rewrite the spec-derived fields of existing expected.json files")
     args = ap.parse_args()
 
-    names = args.only.split(",") if args.only else list(SCENARIOS)
+    gpu = args.device != "cpu"
+    names = (args.only.split(",") if args.only
+             else [n for n, sp in SCENARIOS.items() if bool(sp.get("gpu")) == gpu])
     for n in names:
         if n not in SCENARIOS:
             ap.error(f"unknown scenario {n!r}; known: {', '.join(SCENARIOS)}")
+        if SCENARIOS[n].get("gpu") and not gpu and not (args.readme or args.refresh_expected):
+            ap.error(f"{n} needs a GPU: add --device cuda")
     out_root = Path(args.out).resolve()
     out_root.mkdir(parents=True, exist_ok=True)
+    if args.refresh_expected:
+        refresh_expected(out_root, names)
+    if args.readme or args.refresh_expected:
+        write_readme(out_root)
+        return
     cwd = Path.cwd()
     for n in names:
-        run_scenario(n, args.backend, out_root, cwd)
+        run_scenario(n, args.backend, args.device, out_root, cwd)
         write_readme(out_root)
 
 

@@ -9,16 +9,20 @@ its own small function, and the line that is the culprit follows a ``# PLANTED(<
 marker comment; ``generate.py`` finds the line number from that marker (never typed in).
 
 The same file runs unchanged with ``--backend nccl`` on GPUs (device ``cuda:LOCAL_RANK``).
+``--device cuda`` with gloo puts every rank on cuda:0, so two ranks can share one GPU.
+A scenario name ending in ``_cuda`` plants the same failure as the name without it.
 """
 
 import argparse
 import ctypes
+import io
 import logging
 import os
 import queue
 import signal
 import socket
 import sys
+import tempfile
 import time
 from datetime import timedelta
 
@@ -26,6 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 
@@ -50,7 +55,7 @@ class MLP(nn.Module):
             # PLANTED(ddp_unused_parameters): registered but never used in forward
             self.aux_head = nn.Linear(256, d_out)
 
-    def forward(self, x, scale=1.0):
+    def forward(self, x, scale=1.0):  # EVIDENCE(recompile_shapes): the frame recompiled per shape
         # EVIDENCE(recompile_limit): dynamo guards on the value of the python float `scale` here
         return self.head(self.blocks(x)) * scale
 
@@ -65,6 +70,17 @@ class NoisyMLP(MLP):
         print(f"activation norm {norm:.3f}")
         if h.mean() > 0:
             h = h * 2.0
+        return self.head(h) * scale
+
+
+class ClampedMLP(MLP):
+    """forward with a guard against exploding activations, compiled with fullgraph=True."""
+
+    def forward(self, x, scale=1.0):
+        h = self.blocks(x)
+        # PLANTED(compile_failure): a data-dependent branch, which fullgraph=True cannot trace
+        if h.abs().max() > 1e4:
+            h = h.clamp(-1e4, 1e4)
         return self.head(h) * scale
 
 
@@ -118,6 +134,45 @@ def setup_logging(rank):
     )
 
 
+def pick_device(arg, backend, local_rank):
+    """cpu; cuda (nccl: cuda:LOCAL_RANK; gloo: cuda:0 for every rank); or an explicit cuda:N."""
+    if arg is None:
+        arg = "cuda" if backend == "nccl" else "cpu"
+    if arg == "cpu":
+        return torch.device("cpu")
+    if arg == "cuda":
+        return torch.device(f"cuda:{local_rank}" if backend == "nccl" else "cuda:0")
+    # PLANTED(nccl_duplicate_gpu): an explicit device for every rank: with nccl, ranks share a GPU
+    return torch.device(arg)
+
+
+def make_profiler(device, out_dir):
+    """A short profiler window: steps 3-5 (wait 2, warmup 1, active 3); gzipped on CUDA."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(
+        activities=activities,
+        schedule=torch.profiler.schedule(wait=2, warmup=1, active=3, repeat=1),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(
+            os.path.join(out_dir, "profiler"), use_gzip=device.type == "cuda"),
+        record_shapes=True,
+        profile_memory=True,
+    )
+
+
+def gpu_cycles_per_s():
+    """Calibrate torch.cuda._sleep: how many cycles the GPU spins per second."""
+    torch.cuda._sleep(1000)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 200_000_000
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / (start.elapsed_time(end) / 1000.0)
+
+
 # --------------------------------------------------------------------------- planted failures
 # Each function below is ordinary-looking training code with one planted fault.
 
@@ -128,6 +183,9 @@ def fetch_batch(it, step, rank):
         prefetch_queue = queue.Queue()
         # PLANTED(hang_dataloader): the culprit line is the next line
         return prefetch_queue.get()
+    if SCENARIO == "straggler" and rank == 1:
+        # PLANTED(straggler): rank 1's data path is slow: 0.3 s per batch, every step
+        time.sleep(0.3)
     return next(it)
 
 
@@ -136,7 +194,44 @@ def check_batch(x, y, step, rank):
     if SCENARIO == "rank_exception" and rank == 1 and step == FAIL_STEP:
         # PLANTED(rank_exception): the culprit line is the next line
         raise ValueError(f"bad batch at step {step}: labels shape {tuple(y.shape)} has NaN rows")
+    if SCENARIO == "non_finite_loss" and rank == 1 and step == FAIL_STEP:
+        # PLANTED(non_finite_loss): a corrupt record: one NaN feature slips into rank 1's batch
+        x[0, 0] = float("nan")
     return x, y
+
+
+RAGGED_SIZES = (64, 56, 48, 40, 32, 24)
+
+
+def ragged_batch(x, y, step, rank):
+    """recompile_shapes: batches of varying size (e.g. after filtering), different per rank."""
+    if SCENARIO == "recompile_shapes":
+        # PLANTED(recompile_shapes): the batch size changes every step, and differs across ranks
+        n = RAGGED_SIZES[(step + 3 * rank) % len(RAGGED_SIZES)]
+        return x[:n], y[:n]
+    return x, y
+
+
+def add_id_features(x, id_emb, step, rank):
+    """device_assert: add a learned per-sample id feature (an embedding lookup)."""
+    ids = (torch.arange(x.shape[0], device=x.device) * 7 + step) % id_emb.num_embeddings
+    if SCENARIO == "device_assert" and rank == 1 and step == FAIL_STEP:
+        # PLANTED(device_assert): an id one past the end of the embedding table
+        ids[0] = id_emb.num_embeddings
+    with torch.no_grad():
+        # EVIDENCE(device_assert): the embedding lookup whose kernel asserts
+        feats = id_emb(ids)
+    return x + feats
+
+
+def build_pair_mask(x, step, rank):
+    """cuda_oom_spike: a pairwise (batch x batch) mask, used as a per-step statistic."""
+    n = x.shape[0]
+    if SCENARIO == "cuda_oom_spike" and rank == 1 and step == FAIL_STEP:
+        # PLANTED(cuda_oom_spike): the token count instead of the batch size: a ~256 GiB mask
+        n = n * 4096
+    mask = torch.ones(n, n, device=x.device)  # EVIDENCE(cuda_oom_spike): where it OOMs
+    return mask.sum().item()
 
 
 def maybe_sync_before_step(step, rank):
@@ -167,7 +262,11 @@ def sync_metric(value, step, rank, device):
         # PLANTED(dtype_mismatch): the culprit line is the next line
         dtype = torch.bfloat16
     t = torch.full((1024,), value, dtype=dtype, device=device)
+    if SCENARIO == "nccl_watchdog_timeout" and step == FAIL_STEP:
+        # PLANTED(nccl_watchdog_timeout): a ~60 s kernel on the current stream, ahead of the all-reduce
+        torch.cuda._sleep(int(60 * CYCLES_PER_S))
     # EVIDENCE(dtype_mismatch): the collective in which the mismatch shows up
+    # EVIDENCE(nccl_watchdog_timeout): the all-reduce that cannot complete in 30 s
     dist.all_reduce(t)
     return t[0].item() / dist.get_world_size()
 
@@ -198,71 +297,282 @@ def train_step(cmodel, opt, x, y, step, rank):
     return loss
 
 
+VAL_OUTPUTS = []
+
+
+def validate(model, step, device):
+    """memory_leak: a validation pass every step, without torch.no_grad()."""
+    g = torch.Generator(device=device).manual_seed(step)
+    x_val = torch.randn(8192, 256, device=device, generator=g)
+    out = model(x_val)  # EVIDENCE(memory_leak): the allocation site the OOM and the snapshot name
+    # PLANTED(memory_leak): keeps every validation output, and with it its autograd graph
+    VAL_OUTPUTS.append(out)
+    return out.float().pow(2).mean().item()
+
+
+def checkpoint_path(rank):
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "run")
+    return os.path.join(tempfile.gettempdir(), f"ckpt_{run_id}_rank{rank}.pt")
+
+
+def save_checkpoint(state_dict, path):
+    """Write a checkpoint to (slow) shared storage, in chunks."""
+    buf = io.BytesIO()
+    torch.save(state_dict, buf)
+    data = buf.getvalue()
+    chunk = 64 * 1024
+    with open(path, "wb") as f:
+        for off in range(0, len(data), chunk):
+            f.write(data[off:off + chunk])
+            f.flush()
+            os.fsync(f.fileno())
+            if SCENARIO == "timeout_misconfigured":
+                # PLANTED(timeout_misconfigured): storage at ~25 kB/s: ~43 s for the checkpoint, over the 30 s timeout
+                time.sleep(len(data[off:off + chunk]) / 25_000)
+
+
+def load_checkpoint(model, path):
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    # EVIDENCE(checkpoint_key_mismatch): the strict load that raises
+    model.load_state_dict(state["model"], strict=True)
+
+
+def maybe_checkpoint(step, rank, cmodel, model):
+    """Checkpoint every FAIL_STEP steps (only the checkpoint scenarios do)."""
+    if step == 0 or step % FAIL_STEP:
+        return
+    path = checkpoint_path(rank)
+    if SCENARIO == "checkpoint_key_mismatch":
+        log.info("saving checkpoint step %d to %s", step, path)
+        # PLANTED(checkpoint_key_mismatch): the compiled wrapper's state dict: keys carry _orig_mod.
+        torch.save({"model": cmodel.state_dict(), "step": step}, path)
+        log.info("verifying checkpoint %s: loading it into the plain model", path)
+        try:
+            load_checkpoint(model, path)
+        finally:
+            os.remove(path)
+    elif SCENARIO == "timeout_misconfigured" and rank == 0:
+        # only rank 0 writes the (full) checkpoint; the other ranks go on training
+        log.info("saving checkpoint step %d to %s", step, path)
+        t0 = time.perf_counter()
+        save_checkpoint({"model": model.state_dict(), "step": step}, path)
+        log.info("checkpoint saved in %.1f s", time.perf_counter() - t0)
+        os.remove(path)
+
+
+def dump_memory_snapshot(out_dir, rank, step):
+    path = os.path.join(out_dir, f"memory_snapshot_rank{rank}.pickle")
+    torch.cuda.memory._dump_snapshot(path)
+    log.error("CUDA out of memory at step %d: memory snapshot written to %s", step, path)
+
+
 # --------------------------------------------------------------------------- main
 
 
 SCENARIO = "healthy"
+CYCLES_PER_S = 0.0
+MEM_LIMIT_MB = 896  # memory_leak: the per-process memory cap (set_per_process_memory_fraction)
 
 
+def build(scenario, device, local_rank):
+    """model, the module the loop calls, and the optimizer, as each scenario wraps them."""
+    if scenario == "graph_breaks":
+        model = NoisyMLP()
+    elif scenario == "compile_failure":
+        model = ClampedMLP()
+    else:
+        model = MLP(unused_head=scenario == "ddp_unused_parameters")
+    model = model.to(device)
+    if scenario == "healthy_fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in list(model.blocks) + [model.head]:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)
+        fully_shard(model)
+        cmodel = torch.compile(model, dynamic=False)
+        return model, cmodel, torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if scenario == "compile_failure":
+        # compile the model itself, with no graph breaks allowed, then wrap it in DDP
+        model.compile(fullgraph=True, dynamic=False)
+    # EVIDENCE(collective_mismatch_detail): on gloo + TORCH_DISTRIBUTED_DEBUG=DETAIL this segfaults
+    # EVIDENCE(nccl_duplicate_gpu): DDP's first broadcast is NCCL's first communicator init
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # Static shapes (fixed batch, drop_last): compile without dynamic-shape kernels.
+    cmodel = ddp if scenario == "compile_failure" else torch.compile(ddp, dynamic=False)
+    return model, cmodel, torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+
+
+@record
 def main():
-    global SCENARIO
+    global SCENARIO, CYCLES_PER_S
     p = argparse.ArgumentParser()
     p.add_argument("--scenario", default="healthy")
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    p.add_argument("--device", default=None,
+                   help="cpu | cuda | cuda:N (default: cuda:LOCAL_RANK for nccl, cpu for gloo; "
+                        "cuda with gloo puts every rank on cuda:0)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--out-dir", default=".", help="where profiler traces / memory snapshots go")
     args = p.parse_args()
-    SCENARIO = args.scenario
+    SCENARIO = args.scenario.removesuffix("_cuda")
 
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ["LOCAL_RANK"])
     world = int(os.environ["WORLD_SIZE"])
     setup_logging(rank)
 
-    if args.backend == "nccl":
-        device = torch.device(f"cuda:{local_rank}")
+    device = pick_device(args.device, args.backend, local_rank)
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    dist.init_process_group(args.backend, timeout=timedelta(seconds=30))
+    init_distributed(args.backend, rank)  # init_process_group (30 s timeout) + SIGTERM hook
     log.info(
-        "host=%s pid=%d world=%d scenario=%s torch=%s",
-        socket.gethostname(), os.getpid(), world, SCENARIO, torch.__version__,
+        "host=%s pid=%d world=%d scenario=%s torch=%s device=%s gpu=%s",
+        socket.gethostname(), os.getpid(), world, args.scenario, torch.__version__, device,
+        torch.cuda.get_device_name(device) if device.type == "cuda" else "none",
     )
+    if SCENARIO == "memory_leak":
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(MEM_LIMIT_MB * 2**20 / total, device)
+        torch.cuda.memory._record_memory_history(max_entries=300, stacks="python")
+        log.info("memory cap %d MiB of %.0f MiB; recording memory history",
+                 MEM_LIMIT_MB, total / 2**20)
+    if SCENARIO == "nccl_watchdog_timeout":
+        CYCLES_PER_S = gpu_cycles_per_s()
+        log.info("torch.cuda._sleep: %.3g cycles/s", CYCLES_PER_S)
 
     torch.manual_seed(args.seed)
-    model = (NoisyMLP() if SCENARIO == "graph_breaks"
-             else MLP(unused_head=SCENARIO == "ddp_unused_parameters")).to(device)
-    # EVIDENCE(collective_mismatch_detail): on gloo + TORCH_DISTRIBUTED_DEBUG=DETAIL this segfaults
-    ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
-    # Static shapes (fixed batch, drop_last): compile without dynamic-shape kernels.
-    cmodel = torch.compile(ddp, dynamic=False)
-    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    model, cmodel, opt = build(SCENARIO, device, local_rank)
+    id_emb = nn.Embedding(1000, 256).to(device) if SCENARIO == "device_assert" else None
+    prof = (make_profiler(device, args.out_dir)
+            if SCENARIO in ("straggler", "memory_leak") else None)
+    if prof is not None:
+        prof.start()
 
     loader = make_loader(rank, world, args.seed)
     it = iter(loader)
     for step in range(args.steps):
         t0 = time.perf_counter()
         try:
-            x, y = fetch_batch(it, step, rank)
-        except StopIteration:
-            it = iter(loader)
-            x, y = next(it)
-        x, y = check_batch(x.to(device), y.to(device), step, rank)
-        maybe_sync_before_step(step, rank)
-        loss = train_step(cmodel, opt, x, y, step, rank)
-        if SCENARIO in ("allgather_shard_mismatch", "collective_mismatch_detail"):
-            gather_flat_params(step, rank, world, device)
-        if SCENARIO == "dtype_mismatch":
-            sync_metric(loss.item(), step, rank, device)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+            maybe_checkpoint(step, rank, cmodel, model)
+            try:
+                x, y = fetch_batch(it, step, rank)
+            except StopIteration:
+                it = iter(loader)
+                x, y = next(it)
+            x, y = check_batch(x.to(device), y.to(device), step, rank)
+            x, y = packed_batch(*ragged_batch(x, y, step, rank), step, rank)
+            if id_emb is not None:
+                x = add_id_features(x, id_emb, step, rank)
+            if SCENARIO == "cuda_oom_spike":
+                build_pair_mask(x, step, rank)
+            maybe_sync_before_step(step, rank)
+            loss = train_step(cmodel, opt, x, y, step, rank)
+            if SCENARIO in ("allgather_shard_mismatch", "collective_mismatch_detail"):
+                gather_flat_params(step, rank, world, device)
+            if SCENARIO in ("dtype_mismatch", "nccl_watchdog_timeout"):
+                sync_metric(loss.item(), step, rank, device)
+            if SCENARIO == "memory_leak":
+                validate(model, step, device)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except BaseException as exc:  # a failed step: keep what a post-mortem needs, re-raise
+            # memory_leak: a CUDA memory snapshot at the OOM; any failure: the flight recorder
+            on_step_failure(exc, args.out_dir, rank, step)
+            raise
         dt = time.perf_counter() - t0
         log.info("step %d loss %.4f step_time %.3fs %s", step, loss.item(), dt, mem_fields(device))
+        if prof is not None:
+            prof.step()
 
+    if prof is not None:
+        prof.stop()
     dist.barrier()
     log.info("done")
     dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------- flight recorder
+# NCCL's watchdog dumps the flight recorder on a timeout; nothing does on gloo. So dump it
+# ourselves: when a step raises (e.g. a gloo timeout or connection error) and when torchrun
+# SIGTERMs a surviving rank. A rank killed by SIGKILL / SIGSEGV / SIGABRT, or frozen by
+# SIGSTOP, cannot dump: that is real.
+
+FR_STATE = {"rank": None, "dumping": False, "done": False, "term_pending": False}
+
+
+def dump_flight_recorder(reason):
+    """Write the flight recorder (pickle) to $TORCH_FR_DUMP_TEMP_FILE<rank>, once per process."""
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+    rank = FR_STATE["rank"]
+    if FR_STATE["done"] or FR_STATE["dumping"] or not prefix or rank is None:
+        return
+    FR_STATE["dumping"] = True
+    try:
+        path = prefix + str(rank)
+        if os.path.exists(path):  # the NCCL watchdog already dumped: keep its dump
+            log.warning("flight recorder: %s already exists, not dumping (%s)", path, reason)
+            return
+        import pickle
+
+        data = torch._C._distributed_c10d._dump_fr_trace()
+        entries = pickle.loads(data).get("entries", [])
+        last = entries[-1].get("collective_seq_id") if entries else None
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+        log.error("flight recorder dumped to %s (%d entries, last collective_seq_id %s): %s",
+                  path, len(entries), last, reason)
+    except Exception as e:  # a post-mortem aid must never hide the real failure
+        log.error("flight recorder dump failed (%s): %r", reason, e)
+    finally:
+        FR_STATE["dumping"] = False
+        FR_STATE["done"] = True
+        if FR_STATE["term_pending"]:
+            die_by_sigterm()
+
+
+def die_by_sigterm():
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def on_sigterm(signum, frame):
+    """torchrun SIGTERMs the surviving ranks after one fails: dump, then die by SIGTERM."""
+    if FR_STATE["dumping"]:  # a dump is being written: let it finish, it then re-raises
+        FR_STATE["term_pending"] = True
+        return
+    dump_flight_recorder("received SIGTERM")
+    die_by_sigterm()
+
+
+def init_distributed(backend, rank):
+    dist.init_process_group(backend, timeout=timedelta(seconds=30))
+    FR_STATE["rank"] = rank
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def on_step_failure(exc, out_dir, rank, step):
+    if SCENARIO == "memory_leak" and isinstance(exc, torch.OutOfMemoryError):
+        dump_memory_snapshot(out_dir, rank, step)
+    dump_flight_recorder(f"step {step} raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+# --------------------------------------------------------------------------- batch layout
+# (after main, so that no line above moves: the GPU runs' logs name the lines above)
+
+DIVERGE_STEP = 2  # divergent_compile: the step at which rank 1's batch layout differs
+
+
+def packed_batch(x, y, step, rank):
+    """divergent_compile: a batch from a sequence-packed shard keeps its (1, N, D) layout.
+    The MLP maps the last dim, so the loss and every gradient (and so every all-reduce) are
+    the same as for the (N, D) layout; only the input rank (ndim) of the forward differs."""
+    if SCENARIO == "divergent_compile" and rank == 1 and step == DIVERGE_STEP:
+        # PLANTED(divergent_compile): rank 1 alone feeds a 3-d (1, 64, 256) batch at step 2
+        return x.unsqueeze(0), y.unsqueeze(0)
+    return x, y
 
 
 if __name__ == "__main__":

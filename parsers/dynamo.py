@@ -1,0 +1,496 @@
+"""torch.compile's TORCH_LOGS text (recompiles, graph breaks, limit hits, guards) into ``compiles``.
+
+A line parser of ``textlog``: it gets the chunk's line frames and yields ``compiles`` rows.
+Real lines it reads (PyTorch 2.13.0+cpu, ``TORCH_LOGS=recompiles,graph_breaks``, torchrun):
+
+    [rank0]:V1129 14:38:57.367000 11818 site-packages/torch/_dynamo/guards.py:5396] [4/1] [__recompiles] Recompiling function forward in /work/main/sample_logs/generate/train.py:53
+    [rank0]:V1129 14:38:57.367000 11818 site-packages/torch/_dynamo/guards.py:5396] [4/1] [__recompiles]     - 4/0: scale == 1.0                                             # return self.head(self.blocks(x)) * scale  # ork/main/sample_logs/generate/train.py:55 in forward
+    [rank0]:W1129 14:39:01.279000 11818 site-packages/torch/_dynamo/convert_frame.py:1994] [4/8] torch._dynamo hit config.recompile_limit (8)
+    [rank0]:V1129 14:39:09.023000 12667 site-packages/torch/_dynamo/symbolic_convert.py:5124] [4/0] [__graph_breaks] Graph break in user code at /work/main/sample_logs/generate/train.py:64
+
+and the older forms: the 2.1 header ``[2023-11-21 19:02:13,073] torch._dynamo.guards.__recompiles:
+[DEBUG] ...``, 2.3's ``[__recompiles]`` without a compile id, reasons without the ``N/M:`` cache
+entry, ``hit config.cache_size_limit (64)`` (2.5 and before), ``Graph break: <reason> from user code
+at:`` (2.1, 2.2) and ``Reason:`` for ``Graph Break Reason:`` (2.3, 2.4).
+
+Each multi-line record (a recompile with its guard failures, a limit hit with its ``function:`` and
+``last reason:`` lines, a graph break with its reason and user traceback, a ``[__guards]`` dump) is a
+*block*: the lines of one rank that share the compile id and the logging artifact (or the emitting
+source line). Blocks are numbered with vectorized expressions; Python runs once per block, never
+per line. The block parsers here also read TORCH_TRACE payloads (``torch_trace``): the text is the
+same.
+
+Rows are raw observations, one per logged record: a recompile seen in both TORCH_LOGS and
+TORCH_TRACE is two rows (``source`` tells them apart); signatures count distinct compile ids.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+
+import polars as pl
+
+from postmortem.schema import frame
+
+from .runtime import is_user_frame
+from .source import Source
+
+MAX_REASON = 1000
+EXCEPTION_LOOKAHEAD = 80
+
+# ------------------------------------------------------------------ shared: guards, frames
+
+_CID = r"!?\d+(?:/\d+){1,2}(?:_\d+)?"
+_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
+_ENTRY = re.compile(rf"^(?:(?P<entry>{_CID}): ?)?(?P<rest>.*)$")
+_WHERE = re.compile(r"# (?P<where>\S+:\d+) in (?P<func>\S+)(?: \(HINT: (?P<hint>[^)]*)\))?\s*$")
+_LOCAL = re.compile(r"\b[LG]\['([^']+)'\]")
+_TENSOR = re.compile(r"^tensor '(?P<src>.+?)' (?P<what>[\w ]+?) mismatch(?: at index (?P<dim>\d+))?\.? *"
+                     r"(?:expected (?P<expected>[^,]+), actual (?P<actual>.+)|.*)$")
+_EQUALS = re.compile(r"^(?P<src>[^=!<>()]+?) == (?P<value>-?[\d.]+(?:e[+-]?\d+)?|True|False|None|'[^']*'|\"[^\"]*\")$")
+_TYPE_ID = re.compile(r"___check_(?:type|obj)_id\((?P<src>[^,]+),")
+_TYPE_NAME = re.compile(r"type=<class '(?P<type>[^']+)'>")
+_GLOBAL = re.compile(r"GLOBAL_STATE|___check_global_state|TORCH_FUNCTION_MODE_STACK|___check_torch_function_mode_stack"
+                     r"|DEFAULT_DEVICE|utils_device\.CURRENT_DEVICE|grad_mode|autocast|___check_current_backend")
+_SHAPE = re.compile(r"\b(?:size|stride|rank|numel) mismatch|\.size\(\)|\.stride\(\)|storage_offset|\blen\(|LENGTH_CHECK"
+                    r"|\bs\d+\b")
+_TYPE = re.compile(r"___check_type_id|___check_obj_id|\btype=<class|TYPE_MATCH|ID_MATCH|\bis not None\b|\bis None\b")
+_TORCH_PATH = re.compile(r"(?:^|/)torch/")
+_FRAMEWORKS = (
+    ("nn/parallel/distributed.py", "ddp"),
+    ("distributed/fsdp/", "fsdp"),
+    ("distributed/_composable/fsdp", "fsdp"),
+    ("distributed/tensor/", "dtensor"),
+    ("distributed/pipelining/", "pipelining"),
+    ("distributed/", "distributed"),
+)
+
+
+def normalize_source(source: str) -> str:
+    """``L['x']`` (PyTorch before 2.5) and ``x`` (after) name the same guarded value."""
+    return _LOCAL.sub(r"\1", source.strip())
+
+
+def classify_guard(text: str) -> tuple[str, dict]:
+    """The class of a guard failure and what it says: (class, {guard, dim, expected, actual}).
+
+    Classes: ``shape`` (sizes, strides, ranks, lengths), ``dtype``, ``type_id`` (type or object
+    identity), ``global_state`` (grad mode, autocast, function-mode stack, default device),
+    ``python_scalar`` (a Python constant the graph was specialized on), ``other``.
+    """
+    text = text.strip()
+    tensor = _TENSOR.match(text)
+    if tensor:
+        info = {"guard": normalize_source(tensor["src"]), "expected": tensor["expected"], "actual": tensor["actual"],
+                "dim": int(tensor["dim"]) if tensor["dim"] else None}
+        what = tensor["what"]
+        cls = "dtype" if "dtype" in what else "shape" if re.search(r"size|stride|rank|numel", what) else "other"
+        return cls, info
+    if _GLOBAL.search(text):
+        changed = re.search(r"changed: (\S+)", text)
+        return "global_state", {"guard": changed[1] if changed else text.split(":")[0][:80]}
+    if "dtype" in text and "mismatch" in text:
+        return "dtype", {}
+    if _SHAPE.search(text):
+        src = re.search(r"(?:len\()?([LG]\['[^']+'\](?:\.\w+)*|[A-Za-z_][\w.]*)(?:\.size\(\)|\.stride\(\)|\))", text)
+        return "shape", {"guard": normalize_source(src[1]) if src else None}
+    type_id = _TYPE_ID.search(text)
+    if type_id:
+        type_name = _TYPE_NAME.search(text)
+        return "type_id", {"guard": normalize_source(type_id["src"]), "expected": type_name["type"] if type_name else None}
+    if _TYPE.search(text):
+        return "type_id", {}
+    equals = _EQUALS.match(text)
+    if equals:
+        return "python_scalar", {"guard": normalize_source(equals["src"]), "expected": equals["value"]}
+    return "other", {}
+
+
+def parse_guard_entry(line: str) -> dict:
+    """One guard failure: ``4/0: scale == 1.0   # code  # path:55 in forward`` (cache entry, guard, where)."""
+    m = _ENTRY.match(line.strip())
+    entry, rest = (m["entry"], m["rest"]) if m else (None, line.strip())
+    guard, _, comment = rest.partition("  # ")
+    where = _WHERE.search(rest) if comment else None
+    return {"entry": entry, "guard": guard.strip(), "where": where["where"] if where else None}
+
+
+def frame_text(f: dict) -> str:
+    return f"{f['file']}:{f['line']}"
+
+
+def innermost_user(frames: list[dict]) -> dict | None:
+    """The innermost frame (frames are outermost first) whose file is the user's own code."""
+    return next((f for f in reversed(frames) if is_user_frame(f["file"])), None)
+
+
+def framework_of(location: str | None, frames: list[dict]) -> str | None:
+    """Which part of torch a break at ``location`` sits in; None when it is the user's own code.
+
+    A break is framework-internal when it is not in user code and the calls between the user's
+    innermost frame and the break go through torch (DDP's forward, FSDP's hooks, ...). A break in
+    a third-party library the user called is the user's (the call is where to act).
+    """
+    if location and is_user_frame(location.rsplit(":", 1)[0]):
+        return None
+    user = innermost_user(frames)
+    below = frames[frames.index(user) + 1:] if user else frames
+    paths = [f["file"] for f in below] + ([location.rsplit(":", 1)[0]] if location else [])
+    torch_paths = [p for p in paths if _TORCH_PATH.search(p)]
+    if not torch_paths:
+        if user is None and location and not is_user_frame(location.rsplit(":", 1)[0]):
+            return "torch" if _TORCH_PATH.search(location) else "stdlib"
+        return None
+    for marker, name in _FRAMEWORKS:
+        if any(marker in p for p in torch_paths):
+            return name
+    return "torch"
+
+
+def code_framework(code_file: str | None, code_line: int | None = None) -> str | None:
+    """The framework a compiled frame belongs to (DDP's wrapper, torch's ``external_utils.inner``), or None."""
+    if not code_file or is_user_frame(code_file) or code_file.startswith("<"):
+        return None
+    return framework_of(f"{code_file}:{code_line or 0}", [])
+
+
+def _frames(lines: list[str]) -> list[dict]:
+    out = []
+    for line in lines:
+        m = _FILE_LINE.match(line)
+        if m:
+            out.append({"file": m["file"], "line": int(m["line"]), "function": (m["func"] or "").strip() or None})
+    return out
+
+
+def _attrs(**values) -> str | None:
+    kept = {k: v for k, v in values.items() if v not in (None, [], {}, "")}
+    return json.dumps(kept, default=str) if kept else None
+
+
+def _short(text: str | None) -> str | None:
+    return None if text is None else text[:MAX_REASON]
+
+
+# ------------------------------------------------------------------ shared: block parsers
+
+
+def parse_recompile(lines: list[str]) -> dict | None:
+    """``Recompiling function F in FILE:LINE`` and its guard failures (first = the newest cache entry)."""
+    head = re.match(r"^\s*Recompiling function (?P<fn>\S+) in (?P<file>.+?)(?::(?P<line>\d+))?\s*$", lines[0])
+    if not head:
+        return None
+    entries: list[dict] = []
+    for line in lines[1:]:
+        s = line.strip()
+        if not s.startswith("- "):
+            continue  # "triggered by ...", "guard 0 failures:" (recompiles_verbose)
+        item = s[2:]
+        if item.startswith("User stack trace:"):
+            continue
+        if item[:1].isspace():
+            f = _FILE_LINE.match(item)
+            if f and entries:
+                entries[-1]["frames"].append({"file": f["file"], "line": int(f["line"]), "function": f["func"]})
+            continue
+        entries.append({**parse_guard_entry(item), "frames": []})
+    return _guarded({"function": head["fn"], "code_file": head["file"],
+                     "code_line": int(head["line"]) if head["line"] else None}, entries)
+
+
+def _guarded(row: dict, entries: list[dict]) -> dict:
+    """A row's reason, class and user frame from its guard failures (the first one leads)."""
+    first = entries[0] if entries else {"entry": None, "guard": "", "where": None, "frames": []}
+    cls, info = classify_guard(first["guard"])
+    user = innermost_user(first["frames"])
+    row.update(reason=_short(first["guard"]), reason_class=cls,
+               user_frame=frame_text(user) if user else first["where"],
+               attrs=_attrs(cache_entry=first["entry"], failures=len(entries), **info))
+    return row
+
+
+def parse_recompile_tuple(text: str) -> dict | None:
+    """PyTorch 2.0: ``('Recompiling function step in /path.py', "triggered by the following guard failure: L['t'] == 0")``."""
+    m = re.match(r"""^\('Recompiling function (?P<fn>\S+) in (?P<file>[^']+)', ["'](?:triggered by the following """
+                 r"""guard failure: )?(?P<guard>.*)["']\)\s*$""", text.strip())
+    if not m:
+        return None
+    return _guarded({"function": m["fn"], "code_file": m["file"], "code_line": None},
+                    [{"entry": None, "guard": m["guard"], "where": None, "frames": []}])
+
+
+def parse_limit(lines: list[str]) -> dict | None:
+    """``torch._dynamo hit config.recompile_limit (8)`` with its ``function:`` and ``last reason:`` lines."""
+    head = re.search(r"hit config\.(?P<type>\w+) \((?P<limit>\d+)\)", lines[0])
+    if not head:
+        return None
+    fn = reason = None
+    frames: list[dict] = []
+    for line in lines[1:]:
+        s = line.strip()
+        if s.startswith("function:"):
+            fn = re.match(r"function: '(?P<fn>[^']*)' \((?P<file>.+?):(?P<line>\d+)\)", s)
+        elif s.startswith(("last reason:", "reasons:")):
+            reason = s.split(":", 1)[1].strip()
+        else:
+            f = _FILE_LINE.match(line)
+            if f:
+                frames.append({"file": f["file"], "line": int(f["line"]), "function": f["func"]})
+    entry = parse_guard_entry(reason) if reason else {"entry": None, "guard": "", "where": None}
+    row = _guarded({"function": fn["fn"] if fn else None, "code_file": fn["file"] if fn else None,
+                    "code_line": int(fn["line"]) if fn else None}, [{**entry, "frames": frames}])
+    attrs = json.loads(row["attrs"] or "{}")
+    attrs.pop("failures", None)  # the limit message quotes only the last reason
+    attrs.update(limit_type=head["type"], limit=int(head["limit"]))
+    row["attrs"] = json.dumps(attrs)
+    return row
+
+
+_GB_HEAD = re.compile(r"^\s*Graph break (?:\((?P<note>[^)]*)\) )?in user code at (?P<file>.+):(?P<line>\d+)\s*$")
+_GB_OLD = re.compile(r"^\s*Graph break: (?P<reason>.*?) ?from user code at:\s*$")
+_GENERIC_REASON = ("Encountered graph break when attempting to trace",)
+
+
+def parse_graph_break(lines: list[str]) -> dict | None:
+    """A graph break's location, reason (headline and explanation), hints and user traceback.
+
+    Reads ``Graph break in user code at F:L`` / ``Graph Break Reason:`` (2.5+) or ``Reason:``
+    (2.3, 2.4) blocks, ``Graph break: <reason> from user code at:`` (2.1, 2.2, and the tail of the
+    ``Tensor.item()`` warning), in TORCH_LOGS or a TORCH_TRACE ``dynamo_graph_break_reason`` payload.
+    """
+    head = _GB_HEAD.match(lines[0])
+    old = None if head else _GB_OLD.match(lines[0])
+    item = lines[0].lstrip().startswith("Graph break from `Tensor.item()`")
+    if not (head or old or item):
+        return None
+    reason = old["reason"] if old else None
+    headline = explanation = gb = None
+    hints: list[str] = []
+    trace_lines: list[str] = []
+    in_trace = old is not None
+    for line in lines[1:]:
+        s = line.strip()
+        if in_trace:
+            if s.startswith(("Traceback (most recent call last)", "NOTE:")):
+                break
+            trace_lines.append(line)
+            continue
+        if s.startswith(("Graph Break Reason:", "Reason:")) and reason is None:
+            reason = s.split(":", 1)[1].strip()
+        elif s.startswith("Explanation:"):
+            explanation = s.split(":", 1)[1].strip()
+        elif s.startswith("Hint:"):
+            hints.append(s.split(":", 1)[1].strip())
+        elif "compile-graph-break-site/gb/" in s:
+            m = re.search(r"gb/(gb\d+)\.html", s)
+            gb = m[1] if m else None
+        elif s.startswith(("User code traceback:", "Graph break: from user code at:")) or _GB_OLD.match(line):
+            in_trace = True
+        elif s.startswith("torch._dynamo.config.") and item:
+            hints.append(s)
+        elif s and headline is None and reason and reason.startswith(_GENERIC_REASON) and not s.startswith(
+                ("Developer debug context", "For more details", "=====")):
+            headline = s
+    frames = _frames(trace_lines)
+    if head:
+        location = f"{head['file']}:{head['line']}"
+    elif frames:
+        location = frame_text(frames[-1])
+    else:
+        location = None
+    if item:
+        reason = reason or "Graph break from `Tensor.item()`"
+        headline = "Graph break from `Tensor.item()`"
+    headline = headline or (reason or "").rstrip(":") or None
+    user = innermost_user(frames)
+    if user is None and location and is_user_frame(location.rsplit(":", 1)[0]):
+        user = {"file": location.rsplit(":", 1)[0], "line": int(location.rsplit(":", 1)[1])}
+    text = headline or ""
+    if explanation and explanation not in text:
+        text = f"{text}: {explanation}" if text else explanation
+    file, _, line = (location or "").rpartition(":")
+    return {"function": frames[-1]["function"] if frames else None, "code_file": file or None,
+            "code_line": int(line) if line.isdigit() else None, "reason": _short(text) or None,
+            "user_frame": frame_text(user) if user else None, "framework": framework_of(location, frames),
+            "attrs": _attrs(headline=_short(headline), hints=hints[:4], gb=gb, kind="item_warning" if item else None,
+                            suppressed=bool(head and head["note"]) or None, frames=len(frames) or None)}
+
+
+_GUARD_KIND = re.compile(r"^[\s|]*\+- (?P<kind>[A-Z][A-Z0-9_]+):")
+
+
+def guard_kinds(lines: list[str]) -> tuple[int, dict[str, int]]:
+    """(guards, {kind: count}) of a guard dump: the C++ guard tree (``| +- TENSOR_MATCH: ...``) or,
+    before it (2.2, 2.3), one guard per line."""
+    kinds = Counter(m["kind"] for m in map(_GUARD_KIND.match, lines) if m)
+    if kinds:
+        return sum(kinds.values()), dict(kinds)
+    plain = [s for s in (line.strip() for line in lines) if s and not s.startswith(("GUARDS", "Guard eval", "Guard latency",
+                                                                                      "TREE_GUARD_MANAGER", "+-"))]
+    return len(plain), {}
+
+
+# ------------------------------------------------------------------ TORCH_LOGS text lines
+
+_PREFILTER = r"_dynamo[/.]|Graph break|Recompiling function|torch\._inductor\.exc\."
+_MSG = rf"^(?:\[(?<cid>{_CID})\] )?(?:\[__(?<art>\w+)\] ?)?(?<body>.*)$"
+# PyTorch 2.1's header: "[2023-11-21 19:02:13,073] [0/1] torch._dynamo.guards.__recompiles: [DEBUG] ..."
+_OLD_HEADER = (rf"^\[(?<date>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d),(?<ms>\d{{3}})\] (?:\[(?<cid2>{_CID})\] )?"
+               r"(?<logger>torch\._dynamo[\w.]*?)(?:\.__(?<art2>\w+))?: \[(?<lvl>[A-Z]+)\] ?(?<body2>.*)$")
+_EXCEPTION = re.compile(r"^(?P<type>torch\._(?:dynamo|inductor)\.exc\.\w+)(?::\s?(?P<msg>.*))?$")
+
+
+def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """The chunk's dynamo lines with compile id, artifact, body and emitter (for the block key)."""
+    cand = df.filter(pl.col("src").str.contains("_dynamo/", literal=True)
+                     | pl.col("text").str.contains(_PREFILTER))
+    if cand.is_empty():
+        return cand
+    m = pl.col("msg").str.extract_groups(_MSG)
+    glog = cand.filter(pl.col("src").is_not_null()).with_columns(
+        m.struct.field("cid").alias("cid"), m.struct.field("art").alias("art"), m.struct.field("body").alias("body"),
+        pl.col("src").alias("emitter"),
+    )
+    # Lines without a glog header: PyTorch 2.0/2.1's own header, or exception text (few).
+    old = pl.col("text").str.extract_groups(_OLD_HEADER)
+    field = lambda f: old.struct.field(f)  # noqa: E731
+    other = cand.filter(pl.col("src").is_null()).with_columns(
+        field("cid2").alias("cid"), field("art2").alias("art"), field("body2").alias("body"),
+        pl.coalesce(pl.format("{}.{}", field("date"), field("ms")).str.to_datetime(
+            "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"), pl.col("ts")).alias("ts"),
+        field("logger").alias("emitter"),
+    ).filter(pl.col("emitter").is_not_null())
+    return pl.concat([glog, other], how="vertical_relaxed").sort("row").with_columns(
+        pl.coalesce(pl.col("ts"), pl.col("ts_ff")).alias("when"))
+
+
+def _kind() -> pl.Expr:
+    body = pl.col("body")
+    return (
+        pl.when(body.str.starts_with("Recompiling function")).then(pl.lit("recompile"))
+        .when(body.str.starts_with("('Recompiling function")).then(pl.lit("recompile_tuple"))
+        .when(body.str.contains(r"^Graph break (?:\([^)]*\) )?in user code at ")).then(pl.lit("graph_break"))
+        .when(body.str.starts_with("Graph break from `Tensor.item()`")).then(pl.lit("graph_break"))
+        .when(body.str.starts_with("Graph break: ") & (pl.col("art") == "graph_breaks")).then(pl.lit("graph_break"))
+        .when(body.str.contains("torch._dynamo hit config.", literal=True)
+              | body.str.contains("torchdynamo hit config.", literal=True)).then(pl.lit("limit"))
+        .when((pl.col("art") == "guards") & (body.str.strip_chars() == "GUARDS:")).then(pl.lit("guards"))
+        .when(body.str.contains(r"^Step 1: torchdynamo start tracing \S+ .+:\d+$")).then(pl.lit("start"))
+        .otherwise(pl.lit(None))
+    )
+
+
+def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
+    """One row per block (a start line and the lines of its stream up to the next start)."""
+    # Artifact lines of one compile id form one stream whatever line of torch emitted them (a guard
+    # dump comes from three); other lines are grouped by their emitting source line.
+    key = ["rank", "tee", "cid", "stream"]
+    dyn = dyn.with_columns(
+        pl.coalesce(pl.col("art"), pl.col("emitter"), pl.lit("")).alias("stream"),
+        _kind().alias("kind"),
+    ).with_columns(pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over(key).alias("block"))
+    return (
+        dyn.filter(pl.col("block") > 0)
+        .group_by([*key, "block"], maintain_order=True)
+        .agg(pl.col("kind").first(), pl.col("line_no").first(), pl.col("row").first(), pl.col("when").first(),
+             pl.col("body"))
+    )
+
+
+def _exceptions(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> list[dict]:
+    """``torch._dynamo.exc.Unsupported: ...`` raised to the user (fullgraph=True, a backend failure)."""
+    starts = own.filter(pl.col("level").is_null() & pl.col("text").str.contains(r"^\s*torch\._(?:dynamo|inductor)\.exc\."))
+    rows = []
+    for start in starts.select("pos", "line_no", "rank", "tee", "text", "ts_ff").to_dicts():
+        m = _EXCEPTION.match(start["text"].strip())
+        if not m:
+            continue
+        block = df.slice(start["pos"] + 1, EXCEPTION_LOOKAHEAD).filter(
+            (pl.col("rank").eq_missing(start["rank"])) & (pl.col("tee") == start["tee"])
+        )["text"].to_list()
+        following = []
+        for line in block:
+            s = line.strip()
+            if s.startswith(("Set TORCHDYNAMO_VERBOSE", "Traceback (most recent", "The above exception",
+                             "During handling")) or _EXCEPTION.match(s):
+                break
+            following.append(line)
+        explanation = next((s.split(":", 1)[1].strip() for s in map(str.strip, following)
+                            if s.startswith("Explanation:")), None)
+        user_code = next((i for i, s in enumerate(following) if s.strip() == "from user code:"), None)
+        user_lines: list[str] = []
+        for line in following[user_code + 1:] if user_code is not None else []:
+            if not line.strip() and user_lines:
+                break
+            user_lines.append(line)
+        frames = _frames(user_lines)
+        user = innermost_user(frames)
+        message = (m["msg"] or "").strip()
+        reason = f"{m['type'].rsplit('.', 1)[-1]}: {message}" if message else m["type"].rsplit(".", 1)[-1]
+        if explanation:
+            reason += f" ({explanation})"
+        rows.append({"rank": start["rank"], "ts": start["ts_ff"], "event": "failure", "reason": _short(reason),
+                     "function": frames[-1]["function"] if frames else None,
+                     "code_file": frames[-1]["file"] if frames else None,
+                     "code_line": frames[-1]["line"] if frames else None,
+                     "user_frame": frame_text(user) if user else None,
+                     "file": source.name, "line_no": start["line_no"], "source": "torch_logs",
+                     "attrs": _attrs(exception_type=m["type"])})
+    return rows
+
+
+def _row_of_block(b: dict) -> dict | None:
+    kind, body = b["kind"], b["body"]
+    if kind == "recompile":
+        row = parse_recompile(body)
+        event = "recompile"
+    elif kind == "recompile_tuple":
+        row = parse_recompile_tuple(body[0])
+        event = "recompile"
+    elif kind == "limit":
+        row = parse_limit(body)
+        event = "limit_hit"
+    elif kind == "graph_break":
+        row = parse_graph_break(body)
+        event = "graph_break"
+    elif kind == "guards":
+        count, kinds = guard_kinds(body[1:])
+        row = {"attrs": _attrs(guards=count, guard_kinds=kinds)}
+        event = "compile"
+    elif kind == "start":
+        m = re.match(r"^Step 1: torchdynamo start tracing (?P<fn>\S+) (?P<file>.+):(?P<line>\d+)$", body[0])
+        row = {"function": m["fn"], "code_file": m["file"], "code_line": int(m["line"])} if m else None
+        event = "compile"
+    else:
+        return None
+    if row is None:
+        return None
+    if event != "graph_break":
+        row["framework"] = code_framework(row.get("code_file"), row.get("code_line"))
+    cid = b["cid"]
+    frame_id = re.match(r"^!?(?:\d+/)?(\d+)/\d+", cid) if cid and cid.count("/") == 2 else (
+        re.match(r"^!?(\d+)/", cid) if cid else None)
+    return {**row, "event": event, "attempt": cid,
+            "frame_id": int(frame_id[1]) if frame_id else None, "rank": b["rank"], "ts": b["when"],
+            "line_no": b["line_no"], "source": "torch_logs"}
+
+
+def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+    """The compile records that start in this chunk; ``df`` adds lookahead rows to ``own``."""
+    if own.is_empty():
+        return
+    last_own_row = own["row"].max()
+    rows: list[dict] = []
+    dyn = _dynamo_lines(df)
+    if not dyn.is_empty():
+        blocks = _blocks(dyn).filter(pl.col("row") <= last_own_row)
+        for b in blocks.to_dicts():
+            row = _row_of_block(b)
+            if row is not None:
+                rows.append({**row, "file": source.name})
+    rows += _exceptions(df, own, source)
+    if rows:
+        yield "compiles", frame("compiles", rows)

@@ -1,0 +1,207 @@
+"""Memory figures printed in text logs into ``memory`` (source ``log``, or ``oom``) and ``events``.
+
+A line parser: ``textlog`` hands it frames of lines. Real lines it reads:
+
+    2026-11-29 13:39:35,826 [rank0] step 23 loss 1.0826 step_time 0.013s mem_alloc_mb 2553.9 mem_reserved_mb 2858.0
+        (this project's train.py, PyTorch 2.11 on an H200; on CPU it logs the process RSS as mem_alloc_mb)
+    [rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - step: 14  loss:  3.24405  grad_norm:  0.8319  memory:  9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%
+        (torchtitan: the peak reserved memory since the last log step)
+    [Rank 4] (after 3 iterations) memory (MB) | allocated: 65639.96411132812 | max allocated: 96745.81176757812 | reserved: 96883.21484375 | max reserved: 96883.21484375
+        (Megatron's report_memory)
+    [2022-02-21 23:35:27,338] [INFO] [utils.py:827:see_memory_usage] MA 4.96 GB         Max_MA 5.09 GB         CA 6.39 GB         Max_CA 6 GB
+        (DeepSpeed's see_memory_usage)
+    {'loss': 0.6188, 'learning_rate': 2.9130434782608696e-05, 'epoch': 0.09, 'memory_allocated (GB)': 3.82, 'max_memory_allocated (GB)': 6.32, 'total_memory_available (GB)': 29.85}
+        (a Hugging Face Trainer log dict with memory metrics, optimum-habana)
+    |                  PyTorch CUDA memory summary, device ID 0                 |
+    | Allocated memory      |   1024 KiB |   1024 KiB |   1024 KiB |      0 B   |
+        (torch.cuda.memory_summary(); the block also yields one ``memory_summary`` event)
+    [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 MiB. ... 2.77 GiB is allocated by PyTorch, and 22.04 MiB is reserved by PyTorch but unallocated. ...
+        (source ``oom``: the allocator's state at the failure; the runtime parser makes the event)
+
+Units are binary whatever they are spelled (``MB``, ``GB``, ``mb``, ``gigabytes``): every one
+of these writers divides by powers of 1024. A figure with no unit is bytes when it is an
+integer, and dropped otherwise. The step is the line's ``step N`` / ``iteration N`` /
+``(after N iterations)``; NULL when the line has none (the order of lines still orders them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import polars as pl
+
+from postmortem.schema import conform, frame
+
+from .runtime import oom_figures
+from .source import Source
+
+_ANSI = r"\x1b\[[0-9;]*m"
+_PREFILTER = r"(?i)mem|\bMA \d|CUDA memory summary"
+_NUM = r"(?<v>\d+(?:\.\d+)?)"
+_UNIT_WORD = r"mb|mib|gb|gib|kb|kib|tb|tib|bytes|megabytes|gigabytes"
+_UNIT_SYM = r"[KMGT]i?B|bytes|B"
+_TAIL = (rf"(?:[_ -](?<u1>{_UNIT_WORD}))?(?:\(\))?(?:\s*\((?<u2>{_UNIT_SYM})\))?['\"]?\s*[:=]?\s*{_NUM}"
+         rf"\s*(?<u3>{_UNIT_SYM})?\b")
+
+
+def _key(kind: str, peak: bool) -> str:
+    """A regex for ``<mem key> <number> <unit>`` in the many spellings of the frameworks."""
+    what = r"alloc(?:ated)?" if kind == "alloc" else r"(?:res(?:erved)?|cached)"
+    if peak:
+        key = rf"(?:(?:max|peak)[_ -]?(?:gpu[_ -])?mem(?:ory)?[_ -]?|(?:gpu[_ -])?mem(?:ory)?[_ -](?:max|peak)[_ -]?){what}"
+    else:
+        key = rf"(?:gpu[_ -])?mem(?:ory)?[_ -]?{what}"
+    # The key must not be glued to a word before it, so "max_mem_alloc" is not a current figure.
+    return rf"(?i)(?:^|[^\w-]){key}{_TAIL}"
+
+
+_GENERIC = {
+    "allocated": _key("alloc", False),
+    "reserved": _key("res", False),
+    "peak_allocated": _key("alloc", True),
+    "peak_reserved": _key("res", True),
+}
+_MEGATRON = (
+    r"memory \((?<u>[KMGT]i?B)\) \| allocated: (?<a>[\d.]+) \| max allocated: (?<ma>[\d.]+) \| "
+    r"reserved: (?<r>[\d.]+) \| max reserved: (?<mr>[\d.]+)"
+)
+_MEGATRON_STEP = r"\(after (\d+) iterations?\)"
+_LINE_RANK = r"^\[[Rr]ank[ :]?(\d+)\]"  # Megatron's "[Rank 4]", a logging format's "[rank0]"
+_DEEPSPEED = (
+    r"\bMA (?<a>[\d.]+) (?<ua>[KMGT]i?B)\s+Max_MA (?<ma>[\d.]+) (?<uma>[KMGT]i?B)\s+"
+    r"CA (?<r>[\d.]+) (?<ur>[KMGT]i?B)\s+Max_CA (?<mr>[\d.]+) (?<umr>[KMGT]i?B)"
+)
+_TORCHTITAN = r"\bmemory:\s*(?<v>\d+(?:\.\d+)?)\s*(?<u>[KMGT]i?B)\((?<pct>[\d.]+)%\)"
+_STEP = r"(?i)\b(?:global[_ ]?)?(?:steps?|iter(?:ation)?s?)\b\s*[:=#]?\s*(\d+)\b"
+
+_MULT = {"b": 1, "bytes": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+         "mib": 1 << 20, "megabytes": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "gigabytes": 1 << 30,
+         "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+# torch.cuda.memory_summary()
+_SUMMARY_HEAD = r"PyTorch CUDA memory summary, device ID (\d+)"
+_SUMMARY_COUNTS = r"CUDA OOMs: (?<ooms>\d+)\s*\|\s*cudaMalloc retries: (?<retries>\d+)"
+_SUMMARY_ROW = re.compile(
+    r"^\|\s*(?P<metric>Allocated memory|Active memory|Requested memory|GPU reserved memory|Non-releasable memory)"
+    r"\s*\|\s*(?P<cur>\d+(?:\.\d+)?\s*[KMGT]?i?B)\s*\|\s*(?P<peak>\d+(?:\.\d+)?\s*[KMGT]?i?B)\s*\|"
+)
+_SUMMARY_LINES = 40
+
+
+def _bytes(value: pl.Expr, unit: pl.Expr) -> pl.Expr:
+    """A figure times its unit's bytes; no unit: bytes when the figure is an integer."""
+    mult = unit.str.to_lowercase().replace_strict(_MULT, default=None, return_dtype=pl.Float64)
+    number = value.cast(pl.Float64, strict=False)
+    plain = pl.when(value.str.contains(r"^\d+$")).then(number)
+    return pl.when(unit.is_not_null()).then(number * mult).otherwise(plain).round(0).cast(pl.Int64)
+
+
+def _generic(field: str, pattern: str) -> pl.Expr:
+    g = pl.col("clean").str.extract_groups(pattern)
+    unit = pl.coalesce(g.struct.field("u1"), g.struct.field("u2"), g.struct.field("u3"))
+    return _bytes(g.struct.field("v"), unit).alias(field)
+
+
+def _series_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
+    lines = own.filter(pl.col("msg").str.contains(_PREFILTER)).with_columns(
+        pl.col("msg").str.replace_all(_ANSI, "").alias("clean")
+    )
+    if lines.is_empty():
+        return frame("memory")
+    mega = pl.col("clean").str.extract_groups(_MEGATRON)
+    ds = pl.col("clean").str.extract_groups(_DEEPSPEED)
+    titan = pl.col("clean").str.extract_groups(_TORCHTITAN)
+    m = lambda f: mega.struct.field(f)
+    d = lambda f: ds.struct.field(f)
+    rows = lines.with_columns(
+        *(_generic(f, p) for f, p in _GENERIC.items()),
+        _bytes(m("a"), m("u")).alias("m_a"), _bytes(m("ma"), m("u")).alias("m_ma"),
+        _bytes(m("r"), m("u")).alias("m_r"), _bytes(m("mr"), m("u")).alias("m_mr"),
+        _bytes(d("a"), d("ua")).alias("d_a"), _bytes(d("ma"), d("uma")).alias("d_ma"),
+        _bytes(d("r"), d("ur")).alias("d_r"), _bytes(d("mr"), d("umr")).alias("d_mr"),
+        _bytes(titan.struct.field("v"), titan.struct.field("u")).alias("t_mr"),
+        pl.coalesce(pl.col("clean").str.extract(_MEGATRON_STEP, 1), pl.col("clean").str.extract(_STEP, 1))
+        .cast(pl.Int64, strict=False).alias("step"),
+    ).select(
+        pl.coalesce("rank", pl.col("clean").str.extract(_LINE_RANK, 1).cast(pl.Int32, strict=False)).alias("rank"),
+        pl.col("ts_ff").alias("ts"),
+        "step",
+        "line_no",
+        pl.coalesce("m_a", "d_a", "allocated").alias("allocated"),
+        pl.coalesce("m_r", "d_r", "reserved").alias("reserved"),
+        pl.coalesce("m_ma", "d_ma", "peak_allocated").alias("peak_allocated"),
+        pl.coalesce("m_mr", "d_mr", "t_mr", "peak_reserved").alias("peak_reserved"),
+    ).filter(
+        pl.any_horizontal(pl.col("allocated", "reserved", "peak_allocated", "peak_reserved").is_not_null())
+    )
+    return conform("memory", rows.with_columns(pl.lit("log").alias("source"), pl.lit(source.name).alias("file")))
+
+
+def _oom_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
+    """The allocator's state in each CUDA OOM message, as a memory sample of source ``oom``."""
+    hits = own.filter(pl.col("msg").str.contains("CUDA out of memory", literal=True))
+    rows = []
+    for r in hits.select("rank", "ts_ff", "line_no", "msg").to_dicts():
+        f = oom_figures(r["msg"])
+        allocated = f.get("allocated_by_pytorch")
+        if allocated is None:
+            continue
+        reserved = f.get("reserved_total")
+        if reserved is None and f.get("reserved_unallocated") is not None:
+            reserved = allocated + f["reserved_unallocated"]
+        rows.append({"rank": r["rank"], "ts": r["ts_ff"], "line_no": r["line_no"], "allocated": allocated,
+                     "reserved": reserved, "source": "oom", "file": source.name})
+    return frame("memory", rows)
+
+
+def _size(text: str) -> int | None:
+    m = re.match(r"(\d+(?:\.\d+)?)\s*([KMGT]?i?B)", text.strip())
+    if not m:
+        return None
+    unit = m[2].lower()
+    return int(float(m[1]) * _MULT.get(unit, _MULT.get(unit[:1], 1)))
+
+
+def _summaries(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+    """``torch.cuda.memory_summary()`` blocks: one memory row and one event per block."""
+    starts = own.filter(pl.col("msg").str.contains(_SUMMARY_HEAD))
+    if starts.is_empty():
+        return
+    memory, events = [], []
+    for start in starts.select("pos", "rank", "ts_ff", "line_no", "msg").to_dicts():
+        device = int(re.search(_SUMMARY_HEAD, start["msg"])[1])
+        figures: dict[str, int | None] = {"device": device}
+        block = df.slice(start["pos"] + 1, _SUMMARY_LINES).filter(
+            (pl.col("rank") == start["rank"]) if start["rank"] is not None else pl.col("rank").is_null())
+        for text in block["msg"].to_list():
+            text = text.strip()
+            if "memory summary, device ID" in text:
+                break  # the next block
+            counts = re.search(_SUMMARY_COUNTS.replace("?<", "?P<"), text)
+            if counts:
+                figures["ooms"], figures["malloc_retries"] = int(counts["ooms"]), int(counts["retries"])
+            row = _SUMMARY_ROW.match(text)
+            if row:
+                key = row["metric"].split()[0].lower().replace("gpu", "reserved").replace("non-releasable", "non_releasable")
+                figures.setdefault(f"{key}_current", _size(row["cur"]))
+                figures.setdefault(f"{key}_peak", _size(row["peak"]))
+        if "allocated_current" not in figures:
+            continue
+        memory.append({"rank": start["rank"], "ts": start["ts_ff"], "line_no": start["line_no"],
+                       "allocated": figures.get("allocated_current"), "reserved": figures.get("reserved_current"),
+                       "peak_allocated": figures.get("allocated_peak"), "peak_reserved": figures.get("reserved_peak"),
+                       "device": device, "source": "log", "file": source.name})
+        events.append({"rank": start["rank"], "ts": start["ts_ff"], "file": source.name, "line_no": start["line_no"],
+                       "level": "I", "kind": "memory_summary", "message": start["msg"].strip(" |")[:2000],
+                       "attrs": json.dumps(figures)})
+    yield "memory", frame("memory", memory)
+    yield "events", frame("events", events)
+
+
+def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+    """Memory samples in one chunk of lines; ``df`` adds lookahead rows to ``own``."""
+    yield "memory", _series_rows(own, source)
+    yield "memory", _oom_rows(own, source)
+    yield from _summaries(df, own, source)

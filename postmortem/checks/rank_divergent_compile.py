@@ -1,0 +1,163 @@
+"""rank-divergent-compile: ranks of one job compiled different things.
+
+Every rank runs the same code on the same shapes, so it should compile the same frames with
+the same compile ids, recompile them as often and for the same guards, and hit or miss the
+compile caches alike. Where ranks differ, the compiled graphs (and the collectives inside
+them, for DDP / FSDP / TP) can differ: a desync risk. Like tlparse's multi-rank report,
+ranks are grouped by what they compiled; unlike it, the groups say how they differ.
+
+Ranks are compared within one source: TORCH_TRACE when two or more ranks have it (it logs
+every compile), else TORCH_LOGS text (recompiles and graph breaks only). A rank whose process
+failed and whose compile ids are a prefix of the others' stopped early; it does not count.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+import duckdb
+
+# In order: the first aspect in which ranks differ is reported.
+_ASPECTS = ("collective schedule", "compile ids", "recompiles per frame", "guard failures", "cache hit/miss pattern")
+
+
+def _rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    cur = con.execute(
+        """
+        SELECT rank, source, attempt, event, function, code_file, code_line, reason_class,
+               attrs->>'guard' AS guard, attrs->'cache' AS cache, attrs->'collectives' AS collectives,
+               ts, file, line_no
+        FROM compiles
+        WHERE run_id = ? AND rank IS NOT NULL
+        ORDER BY rank, ts NULLS LAST, line_no
+        """, [run_id])
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def _failed_ranks(con: duckdb.DuckDBPyConnection, run_id: str) -> set[int]:
+    return {r[0] for r in con.execute(
+        "SELECT DISTINCT rank FROM failures WHERE run_id = ? AND rank IS NOT NULL", [run_id]).fetchall()}
+
+
+def _id_key(attempt: str) -> tuple:
+    parts = attempt.lstrip("!").replace("_", "/").split("/")
+    return tuple(int(p) if p.isdigit() else 0 for p in parts)
+
+
+def _profile(rows: list[dict]) -> dict:
+    """What one rank compiled: its compile ids, recompiles and guards per frame, cache outcomes."""
+    ids = {r["attempt"] for r in rows if r["attempt"]}
+    recompiles: Counter = Counter()
+    guards: dict[str, set] = defaultdict(set)
+    seen: set = set()
+    cache = []
+    schedule = []
+    for r in rows:
+        frame = f"{r['function']} ({r['code_file']}:{r['code_line']})"
+        if r["event"] in ("recompile", "limit_hit"):
+            key = r["attempt"] or (r["file"], r["line_no"])
+            if (frame, key) not in seen:
+                seen.add((frame, key))
+                recompiles[frame] += 1
+            guards[frame].add((r["reason_class"], r["guard"]))
+        if r["cache"] and r["event"] in ("compile", "recompile"):
+            outcome = json.loads(r["cache"]) if isinstance(r["cache"], str) else r["cache"]
+            cache.append((r["attempt"], outcome.get("fx_graph_cache")))
+        if r["collectives"]:
+            ops = json.loads(r["collectives"]) if isinstance(r["collectives"], str) else r["collectives"]
+            schedule.append((r["attempt"], tuple(ops)))
+    return {"compile ids": frozenset(ids), "recompiles per frame": tuple(sorted(recompiles.items())),
+            "guard failures": tuple(sorted((f, tuple(sorted(g, key=str))) for f, g in guards.items())),
+            "cache hit/miss pattern": tuple(sorted(cache, key=lambda c: _id_key(c[0] or ""))),
+            "collective schedule": tuple(sorted(schedule, key=lambda c: _id_key(c[0] or "")))}
+
+
+def _describe(profile: dict, rows: list[dict]) -> str:
+    ids = sorted(profile["compile ids"], key=_id_key)
+    span = f"{ids[0]} … {ids[-1]}" if len(ids) > 2 else ", ".join(ids)
+    parts = [f"{len(ids)} compile id(s) ({span or 'none'})"]
+    for frame, n in profile["recompiles per frame"]:
+        classes = sorted({c for f, g in profile["guard failures"] if f == frame for c, _ in g if c})
+        parts.append(f"{frame.split(' (')[0]} recompiled {n}x" + (f" ({', '.join(classes)})" if classes else ""))
+    outcomes = Counter(o for _, o in profile["cache hit/miss pattern"] if o)
+    if outcomes:
+        parts.append("FX cache " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    for attempt, ops in profile["collective schedule"]:
+        parts.append(f"graph {attempt} collectives [{', '.join(ops)}]")
+    failures = sum(1 for r in rows if r["event"] == "failure")
+    if failures:
+        parts.append(f"{failures} compile failure(s)")
+    return "; ".join(parts)
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    rows = _rows(con, run_id)
+    by_source: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        by_source[r["source"]][r["rank"]].append(r)
+    source = next((s for s in ("torch_trace", "torch_logs") if len(by_source.get(s, {})) >= 2), None)
+    if source is None:
+        return []
+    per_rank = by_source[source]
+    profiles = {rank: _profile(rs) for rank, rs in per_rank.items()}
+    failed = _failed_ranks(con, run_id)
+    for aspect in _ASPECTS:
+        groups: dict = defaultdict(list)
+        for rank, p in profiles.items():
+            groups[p[aspect]].append(rank)
+        if len(groups) < 2:
+            continue
+        ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+        majority_value, majority = ordered[0]
+        if aspect == "compile ids":
+            # A rank that failed and compiled a prefix of what the others did just stopped early.
+            ordered = [(v, rs) for v, rs in ordered
+                       if (v, rs) == ordered[0] or not (set(rs) <= failed and v < majority_value)]
+            if len(ordered) < 2:
+                continue
+        unique_majority = len(ordered[0][1]) > len(ordered[1][1])
+        # Two equal groups, one of which compiled everything the other did and more: the extra
+        # compiles are the divergence (rank 1 recompiled for an input only it saw).
+        superset = None
+        if not unique_majority and aspect == "compile ids" and len(ordered) == 2:
+            (a, _), (b, _) = ordered
+            superset = a if a > b else b if b > a else None
+        summary_groups = " | ".join(_ranks_text(sorted(rs)) for _, rs in ordered)
+        out = []
+        for value, ranks in ordered:
+            ranks = sorted(ranks)
+            text = f"{_ranks_text(ranks)}: {_describe(profiles[ranks[0]], per_rank[ranks[0]])}"
+            # Evidence: the rank's first compile the majority lacks, else its last compile record.
+            baseline = min((v for v, _ in ordered if v is not value), key=len, default=majority_value)
+            extra = profiles[ranks[0]]["compile ids"] - (baseline if superset is not None else majority_value) \
+                if aspect == "compile ids" else set()
+            for rank in ranks:
+                rank_rows = per_rank[rank]
+                candidates = [r for r in rank_rows if r["attempt"] in extra]
+                in_user_code = [r for r in candidates if r.get("code_file") and not any(
+                    m in r["code_file"] for m in ("site-packages/", "dist-packages/", "/torch/", "/lib/python3"))]
+                at = (in_user_code or candidates or rank_rows[-1:] or [{}])[0]
+                where = f"{at.get('code_file')}:{at.get('code_line')}" if at.get("code_file") else None
+                out.append({"rank": rank, "ts": at.get("ts"), "file": at.get("file"), "line": at.get("line_no"),
+                            "text": text + (f" (first extra compile: {at.get('function')} at {where})"
+                                            if where and at.get("attempt") in extra else ""),
+                            "culprit": (unique_majority and value is not majority_value)
+                            or (superset is not None and value == superset),
+                            "aspect": aspect, "groups": summary_groups, "source": source})
+        first = min(majority)
+        majority_text = f"{_ranks_text(sorted(majority))}: {_describe(profiles[first], per_rank[first])}"
+        detail = " | ".join(dict.fromkeys(r["text"] for r in out if r["text"] != majority_text))
+        for r in out:
+            r["detail"] = detail or r["text"]
+            r["majority"] = majority_text if unique_majority else (
+                "the other group compiled a subset of these" if superset is not None else "no majority")
+            r["confidence"] = 0.75 if unique_majority or superset is not None else 0.6
+        out.sort(key=lambda r: (not r["culprit"], r["rank"]))
+        return out
+    return []

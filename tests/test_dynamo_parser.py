@@ -1,0 +1,316 @@
+"""The TORCH_LOGS parser (parsers/dynamo.py) on real lines: the project's own sample runs
+(torch 2.13.0+cpu), and lines older PyTorch versions printed, quoted from PyTorch's tracker.
+
+No older torch could be installed here to print them again: the package registry offers
+CPU-only wheels of 2.13 alone, and the CUDA wheels of 2.1-2.5 are several GB each. So the
+older wordings below are verbatim lines from users' logs in pytorch/pytorch issues, each
+named where it is used.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from postmortem.parsers import dynamo, textlog
+from postmortem.parsers.lines import read_line_chunks
+from postmortem.parsers.source import Source
+
+TRAIN = Path(__file__).resolve().parent.parent / "sample_logs" / "generate" / "train.py"
+
+
+def train_line(text: str, after: str | None = None) -> int:
+    """The line of train.py (which made the samples) holding ``text``, after the line holding ``after``."""
+    lines = TRAIN.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line) if after else 0
+    return next(i for i, line in enumerate(lines[start:], start) if text in line) + 1
+
+
+def user_line(sample_dir: Path) -> str:
+    return json.loads((sample_dir / "expected.json").read_text())["user_line"]
+
+
+def rank_file(sample_dir: Path, rank: int, stream: str = "stderr") -> Path:
+    (path,) = sample_dir.glob(f"logs/*/attempt_0/{rank}/{stream}.log")
+    return path
+
+
+def compiles_of(path: Path, rank: int | None = None) -> pl.DataFrame:
+    source = Source(path=path, name=path.name, kind="text_log", rank=rank, year=2026)
+    frames = [df for table, df in textlog.parse(source) if table == "compiles"]
+    return pl.concat(frames) if frames else pl.DataFrame()
+
+
+def write_log(tmp_path: Path, text: str, name: str = "rank0.log") -> Path:
+    path = tmp_path / name
+    path.write_text(text.lstrip("\n"))
+    return path
+
+
+def attrs(row: dict) -> dict:
+    return json.loads(row["attrs"] or "{}")
+
+
+# ------------------------------------------------------------------ the project's own runs (torch 2.13)
+
+
+def test_each_recompile_is_one_row_with_its_compile_id_guard_class_and_value(sample):
+    rows = compiles_of(rank_file(sample("recompile_limit"), 0), rank=0).filter(pl.col("event") == "recompile")
+    frame = rows["frame_id"][0]
+    assert rows["attempt"].to_list() == [f"{frame}/{i}" for i in range(1, 9)]
+    first = rows.row(0, named=True)
+    assert first["function"] == "forward" and first["code_file"].endswith("generate/train.py")
+    assert first["code_line"] == train_line("def forward", after="class MLP") and first["rank"] == 0
+    assert first["frame_id"] == int(first["attempt"].split("/")[0])
+    assert first["reason"] == "scale == 1.0" and first["reason_class"] == "python_scalar"
+    # The guarded line, from the reason's user stack: where the logs point (expected.json's user_line).
+    assert first["user_frame"].endswith(user_line(sample("recompile_limit")))
+    assert attrs(first) == {"cache_entry": f"{frame}/0", "failures": 1, "guard": "scale", "expected": "1.0"}
+    # Each recompile lists every rejected cache entry, newest first; the newest one leads.
+    last = rows.row(-1, named=True)
+    assert last["reason"] == "scale == 1.07" and attrs(last)["failures"] == 8
+    assert rows["source"].unique().to_list() == ["torch_logs"]
+
+
+def test_the_limit_hit_names_the_frame_the_limit_and_the_users_line(sample):
+    (hit,) = compiles_of(rank_file(sample("recompile_limit"), 1), rank=1).filter(
+        pl.col("event") == "limit_hit").iter_rows(named=True)
+    assert hit["attempt"].endswith("/8") and hit["rank"] == 1
+    assert (hit["function"], hit["code_line"]) == ("forward", train_line("def forward", after="class MLP"))
+    assert hit["reason"] == "scale == 1.07" and hit["reason_class"] == "python_scalar"
+    assert hit["user_frame"].endswith(user_line(sample("recompile_limit")))
+    assert attrs(hit)["limit_type"] == "recompile_limit" and attrs(hit)["limit"] == 8
+
+
+def test_graph_breaks_keep_the_users_line_and_ddp_breaks_are_framework_internal(sample):
+    rows = compiles_of(rank_file(sample("graph_breaks"), 0), rank=0).filter(pl.col("event") == "graph_break")
+    ddp = rows.filter(pl.col("attempt") == "0/0").row(0, named=True)
+    assert ddp["code_file"].endswith("torch/nn/parallel/distributed.py") and ddp["framework"] == "ddp"
+    call = f"train.py:{train_line('out = cmodel(x, loss_scale_for(step))')}"
+    assert ddp["user_frame"].endswith(call)  # the user's call into the DDP module
+    assert ddp["reason"].startswith("Unsupported method call: Dynamo does not know how to trace method")
+    item = rows.filter(pl.col("attrs").str.contains('"gb": "gb0124"')).row(0, named=True)
+    planted = user_line(sample("graph_breaks"))
+    assert item["framework"] is None and item["user_frame"].endswith(planted)
+    assert (item["code_line"], item["function"]) == (int(planted.split(":")[1]), "forward")
+    assert item["reason"].startswith("Unsupported Tensor.item() call with capture_scalar_outputs=False")
+    assert "capture_scalar_outputs = True" in attrs(item)["hints"][0]
+    branch = rows.filter(pl.col("reason").str.starts_with("Data-dependent branching")).row(0, named=True)
+    assert branch["user_frame"].endswith(f"train.py:{int(planted.split(':')[1]) + 2}")  # the `if` two lines on
+    # The duplicate of a break already shown has no traceback: still not the user's code.
+    suppressed = rows.filter(pl.col("attempt") == "2/0").row(0, named=True)
+    assert attrs(suppressed)["suppressed"] is True and suppressed["framework"] is not None
+
+
+def test_the_tensor_item_warning_is_a_graph_break_at_the_users_line(sample):
+    rows = compiles_of(rank_file(sample("graph_breaks"), 1), rank=1)
+    (warning,) = rows.filter(pl.col("attrs").str.contains('"kind": "item_warning"')).iter_rows(named=True)
+    assert warning["event"] == "graph_break"
+    assert warning["user_frame"].endswith(user_line(sample("graph_breaks"))) and warning["framework"] is None
+    assert "torch._dynamo.config.capture_scalar_outputs = True" in attrs(warning)["hints"]
+
+
+def test_resumed_code_recompiles_on_the_value_that_crossed_the_break(sample):
+    rows = compiles_of(rank_file(sample("graph_breaks"), 0), rank=0).filter(pl.col("event") == "recompile")
+    line = user_line(sample("graph_breaks")).split(":")[1]
+    assert rows["function"].unique().to_list() == [f"torch_dynamo_resume_in_forward_at_{line}"]
+    assert set(rows["reason_class"]) == {"python_scalar"}
+    assert all(a["guard"] == "___stack0" for a in map(attrs, rows.iter_rows(named=True)))
+
+
+def test_console_copies_of_ranks_with_their_own_files_are_not_counted_twice(sample):
+    from postmortem import api
+
+    con, run_id, _ = api.load(sample("recompile_limit"))
+    per_file = con.execute(
+        "SELECT file, count(*) FROM compiles WHERE run_id = ? AND source = 'torch_logs' GROUP BY file", [run_id]
+    ).fetchall()
+    assert {f.rsplit("/", 2)[-2] for f, _ in per_file} == {"0", "1"}  # stderr of each rank, not console.log
+
+
+def test_blocks_cut_by_a_chunk_boundary_give_the_same_rows(sample, monkeypatch):
+    path = rank_file(sample("graph_breaks"), 0)
+    whole = compiles_of(path, rank=0)
+    monkeypatch.setattr(textlog, "read_line_chunks", functools.partial(read_line_chunks, chunk_bytes=4096))
+    cut = compiles_of(path, rank=0)
+    assert cut.drop("ts").sort("line_no").equals(whole.drop("ts").sort("line_no"))
+
+
+# ------------------------------------------------------------------ older PyTorch wordings (real lines)
+
+
+def test_cache_size_limit_wording_of_torch_2_5(tmp_path):
+    # pytorch/pytorch#139474 (torch 2.5, 8 ranks); the first three lines end rank 6's block.
+    log = write_log(tmp_path, """
+[rank6]:W1101 02:43:39.336000 143 site-packages/torch/_dynamo/convert_frame.py:896] [1/64]    last reason: 1/0: tensor 'L['images']' size mismatch at index 2. expected 1696, actual 1248
+[rank6]:W1101 02:43:39.336000 143 site-packages/torch/_dynamo/convert_frame.py:896] [1/64] To log all recompilation reasons, use TORCH_LOGS="recompiles".
+[rank6]:W1101 02:43:39.336000 143 site-packages/torch/_dynamo/convert_frame.py:896] [1/64] To diagnose recompilation issues, see https://pytorch.org/docs/main/torch.compiler_troubleshooting.html.
+[rank3]:W1101 02:43:40.706000 140 site-packages/torch/_dynamo/convert_frame.py:896] [1/64] torch._dynamo hit config.cache_size_limit (64)
+[rank3]:W1101 02:43:40.706000 140 site-packages/torch/_dynamo/convert_frame.py:896] [1/64]    function: 'forward' (/workspace/modeling/decoder/detail_capture.py:131)
+[rank3]:W1101 02:43:40.706000 140 site-packages/torch/_dynamo/convert_frame.py:896] [1/64]    last reason: 1/0: tensor 'L['images']' size mismatch at index 2. expected 1696, actual 1248
+""", name="console.log")
+    (hit,) = compiles_of(log).iter_rows(named=True)  # rank 6's tail has no start: not a record
+    assert (hit["event"], hit["rank"], hit["attempt"], hit["frame_id"]) == ("limit_hit", 3, "1/64", 1)
+    assert (hit["function"], hit["code_file"], hit["code_line"]) == (
+        "forward", "/workspace/modeling/decoder/detail_capture.py", 131)
+    assert hit["reason_class"] == "shape"
+    assert attrs(hit) == {"cache_entry": "1/0", "guard": "images", "expected": "1696", "actual": "1248", "dim": 2,
+                          "limit_type": "cache_size_limit", "limit": 64}
+    assert str(hit["ts"]) == "2026-11-01 02:43:40.706000"
+
+
+def test_torch_2_1_header_and_reasons_without_a_cache_entry(tmp_path):
+    # pytorch/pytorch#114293 (November 2023, torch 2.1): Python logging's own header.
+    log = write_log(tmp_path, """
+[2023-11-21 19:02:13,073] torch._dynamo.guards.__recompiles: [DEBUG] Recompiling function accumulate in <ipython-input-6-4764417fa0ae>:6
+[2023-11-21 19:02:13,073] torch._dynamo.guards.__recompiles: [DEBUG]     triggered by the following guard failure(s):
+[2023-11-21 19:02:13,073] torch._dynamo.guards.__recompiles: [DEBUG]     - L['end'] == 10                                                # for i in range(start+1, end):  # <ipython-input-6-4764417fa0ae>:9 in accumulate
+""")
+    (row,) = compiles_of(log, rank=0).iter_rows(named=True)
+    assert (row["event"], row["function"], row["code_line"]) == ("recompile", "accumulate", 6)
+    assert row["reason"] == "L['end'] == 10" and row["reason_class"] == "python_scalar"
+    assert attrs(row)["guard"] == "end" and attrs(row)["expected"] == "10"
+    assert row["user_frame"] == "<ipython-input-6-4764417fa0ae>:9"
+    assert str(row["ts"]) == "2023-11-21 19:02:13.073000"
+
+
+def test_torch_2_3_recompiles_without_a_compile_id(tmp_path):
+    # pytorch/pytorch#123784 (April 2024): no [0/1] before the artifact.
+    log = write_log(tmp_path, """
+V0410 16:18:11.049000 139689102684672 torch/_dynamo/guards.py:2199] [__recompiles] Recompiling function fn in /home/dberard/local/scripts/global_recompile.py:3
+V0410 16:18:11.049000 139689102684672 torch/_dynamo/guards.py:2199] [__recompiles]     triggered by the following guard failure(s):
+V0410 16:18:11.049000 139689102684672 torch/_dynamo/guards.py:2199] [__recompiles]     - ___check_global_state()
+""")
+    (row,) = compiles_of(log, rank=2).iter_rows(named=True)
+    assert (row["event"], row["rank"], row["attempt"], row["function"]) == ("recompile", 2, None, "fn")
+    assert row["reason_class"] == "global_state"
+
+
+def test_torch_2_0_single_line_recompile(tmp_path):
+    # pytorch/pytorch#99091 (April 2023, torch 2.0).
+    log = write_log(tmp_path, """
+[2023-04-13 21:42:57,808] torch._dynamo.convert_frame.__recompiles: [DEBUG] ('Recompiling function step in /home/ubuntu/dynamax/dynamax/linear_gaussian_ssm/demos/kf_linreg_jax_vs_pt.py', "triggered by the following guard failure: L['t'] == 0")
+""")
+    (row,) = compiles_of(log).iter_rows(named=True)
+    assert (row["function"], row["reason"], row["reason_class"]) == ("step", "L['t'] == 0", "python_scalar")
+
+
+@pytest.mark.parametrize("guard, cls, info", [
+    # torch 2.13.0+cpu (this project's runs and a run made to see each guard kind)
+    ("scale == 1.0", "python_scalar", {"guard": "scale", "expected": "1.0"}),
+    ("___stack0 == 20.59107208251953", "python_scalar", {"guard": "___stack0"}),
+    ("tensor 'x' size mismatch at index 0. expected 4, actual 5", "shape", {"guard": "x", "dim": 0, "actual": "5"}),
+    ("tensor 'x' rank mismatch. expected 1, actual 2", "shape", {"guard": "x"}),
+    ("tensor 'x' dtype mismatch. expected Float, actual Double", "dtype", {"expected": "Float", "actual": "Double"}),
+    ("GLOBAL_STATE changed: grad_mode", "global_state", {"guard": "grad_mode"}),
+    ("___check_type_id(scale, 139729027038432), type=<class 'int'>", "type_id", {"guard": "scale", "expected": "int"}),
+    # pytorch/pytorch#127483 (torch 2.4), #161119 (2.8), #154707 (an empty reason)
+    ("L['self'].mode == 2", "python_scalar", {"guard": "self.mode", "expected": "2"}),
+    ("tensor 'hidden_states' size mismatch at index 0. expected 1, actual 22", "shape", {"guard": "hidden_states"}),
+    ("", "other", {}),
+])
+def test_guard_failures_are_classified(guard, cls, info):
+    got_cls, got = dynamo.classify_guard(guard)
+    assert got_cls == cls
+    assert {k: got.get(k) for k in info} == info
+
+
+def test_guard_dumps_are_counted_by_kind_and_the_fullgraph_error_is_a_failure(tmp_path):
+    # A real torch 2.13.0+cpu run with TORCH_LOGS="guards" and torch.compile(fullgraph=True) on a
+    # function calling torch._dynamo.graph_break().
+    log = write_log(tmp_path, """
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4786] [0/0] [__guards] GUARDS:
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4483] [0/0] [__guards] 
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4483] [0/0] [__guards] TREE_GUARD_MANAGER:
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4483] [0/0] [__guards] +- RootGuardManager
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4483] [0/0] [__guards] | +- TORCH_FUNCTION_MODE_STACK: ___check_torch_function_mode_stack()
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4483] [0/0] [__guards] | +- DEFAULT_DEVICE: utils_device.CURRENT_DEVICE == None                           # _dynamo/output_graph.py:1122 in init_ambient_guards
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4483] [0/0] [__guards] | +- GuardManager: source=L['x'], accessed_by=FrameLocalsGuardAccessor(key='x', framelocals_idx=0), type=<class 'torch.Tensor'>, tag_safe=(False, False)
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4483] [0/0] [__guards] | | +- DIMENSION_DYNAMIC_MARKING_GUARD: hasattr(L['x'], '_dynamo_dynamic_indices') == False           # return (x * scale).sum()  # mk/gen.py:4 in f
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4483] [0/0] [__guards] | | +- DIMENSION_DYNAMIC_MARKING_GUARD: hasattr(L['x'], '_dynamo_weak_dynamic_indices') == False      # return (x * scale).sum()  # mk/gen.py:4 in f
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4483] [0/0] [__guards] | +- GuardManager: source=L['scale'], accessed_by=FrameLocalsGuardAccessor(key='scale', framelocals_idx=1), type=<class 'float'>, tag_safe=(False, False)
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4483] [0/0] [__guards] | | +- EQUALS_MATCH: L['scale'] == 0.5                                             # return (x * scale).sum()  # mk/gen.py:4 in f
+V1129 14:49:42.310000 31904 torch/_dynamo/guards.py:4483] [0/0] [__guards] 
+V1129 14:49:42.331000 31904 torch/_dynamo/guards.py:4519] [0/0] [__guards] Guard eval latency = 42.24 us
+I1129 14:49:42.481000 31904 torch/_dynamo/symbolic_convert.py:5335] [1/0] Step 1: torchdynamo start tracing g /tmp/mk/gen.py:13
+Traceback (most recent call last):
+  File "/tmp/mk/gen.py", line 17, in <module>
+    torch.compile(g, fullgraph=True, backend="eager")(torch.randn(3))
+  File "/tmp/torchvenv/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py", line 1177, in compile_wrapper
+    raise e.with_traceback(
+torch._dynamo.exc.Unsupported: Call to `torch._dynamo.graph_break()`
+  Explanation: User-inserted graph break. Message: None
+  Hint: Remove the `torch._dynamo.graph_break()` call.
+
+  Developer debug context: Called `torch._dynamo.graph_break()` with args `[]`, kwargs `{}`
+
+ For more details about this graph break, please visit: https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0025.html
+
+from user code:
+   File "/tmp/mk/gen.py", line 14, in g
+    torch._dynamo.graph_break()
+
+Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially if you're reporting a bug to PyTorch). For even more developer context, set TORCH_LOGS="+dynamo"
+""")
+    rows = compiles_of(log, rank=0)
+    guards = rows.filter(pl.col("attempt") == "0/0").row(0, named=True)
+    assert guards["event"] == "compile"
+    assert attrs(guards)["guards"] == 5
+    assert attrs(guards)["guard_kinds"] == {"TORCH_FUNCTION_MODE_STACK": 1, "DEFAULT_DEVICE": 1,
+                                            "DIMENSION_DYNAMIC_MARKING_GUARD": 2, "EQUALS_MATCH": 1}
+    start = rows.filter(pl.col("attempt") == "1/0").row(0, named=True)
+    assert (start["event"], start["function"], start["code_line"]) == ("compile", "g", 13)
+    (failure,) = rows.filter(pl.col("event") == "failure").iter_rows(named=True)
+    assert failure["reason"] == ("Unsupported: Call to `torch._dynamo.graph_break()` "
+                                 "(User-inserted graph break. Message: None)")
+    assert failure["user_frame"] == "/tmp/mk/gen.py:14" and failure["function"] == "g"
+    assert attrs(failure)["exception_type"] == "torch._dynamo.exc.Unsupported"
+
+
+def test_a_logged_limit_traceback_at_info_level_is_not_a_failure(tmp_path):
+    # torch 2.13 with TORCH_LOGS="+dynamo" logs the limit's Unsupported at INFO: nothing was raised.
+    log = write_log(tmp_path, """
+I1129 14:49:42.479000 31904 torch/_dynamo/convert_frame.py:2413] torch._dynamo.exc.Unsupported: Dynamo recompile limit exceeded
+I1129 14:49:42.479000 31904 torch/_dynamo/convert_frame.py:2413]   Explanation: Dynamo attempted to recompile the code object too many times, exceeding the recompile_limit cache size limit (currently set to 3).
+""")
+    assert compiles_of(log, rank=0).is_empty()
+
+
+# ------------------------------------------------------------------ never raises
+
+
+def _sample_lines() -> list[str]:
+    from .conftest import SAMPLES
+
+    (path,) = (SAMPLES / "graph_breaks").glob("logs/*/attempt_0/0/stderr.log")
+    return path.read_text().splitlines()[:330]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_mutated_real_dynamo_lines_never_raise(tmp_path, data):
+    lines = _sample_lines()
+    ops = data.draw(st.lists(st.tuples(st.sampled_from(["drop", "dup", "cut", "swap"]),
+                                       st.integers(0, len(lines) - 1)), max_size=25))
+    for op, i in ops:
+        i %= max(len(lines), 1)
+        if not lines:
+            break
+        if op == "drop":
+            lines.pop(i)
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "cut":
+            lines[i] = lines[i][: len(lines[i]) // 2]
+        elif op == "swap" and i + 1 < len(lines):
+            lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    path = tmp_path / "mutated.log"
+    path.write_text("\n".join(lines))
+    rows = compiles_of(path, rank=0)
+    assert rows.is_empty() or set(rows["event"]) <= {"compile", "recompile", "graph_break", "limit_hit", "failure"}
