@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import re
 import sys
 
 import pytest
@@ -72,3 +73,14 @@ def test_without_torch_replay_says_how_to_install_it(history, monkeypatch):
         replay(run_id, history, finding="recompile-limit")
     result = CliRunner().invoke(app, ["replay", run_id, "--finding", "recompile-limit"])
     assert result.exit_code == 2 and "postmortem[replay]" in result.output
+
+
+@pytest.mark.parametrize("name", ["hang_dataloader", "hang_conditional_barrier"])
+def test_replay_of_a_gloo_hang_reproduces_at_the_analysis_sequence_and_the_fix_completes(name, history):
+    report = api.analyze(sample_dir(name), db=history)
+    analysis_seq = int(re.search(r"sequence (\d+)", report["verdict"]["summary"])[1])
+    seen = replay(report["run_id"], history, backend="gloo", timeout_s=10)
+    assert seen["reproduced"] and seen["divergence"] == analysis_seq
+    assert seen["culprit_ranks"] == report["verdict"]["culprit_ranks"]
+    fixed = replay(report["run_id"], history, backend="gloo", timeout_s=20, fix=True)
+    assert not fixed["reproduced"] and all(r["finished"] for r in fixed["ranks"].values())

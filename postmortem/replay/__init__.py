@@ -67,6 +67,11 @@ def describe(p: sequence.Plan, outcome, fix: bool) -> tuple[bool, str]:
                        f"network, the host)")
     stuck = sorted(set(hung) | set(failed))
     if p.kind == "missing":
+        silent = [r for r in p.culprits if not p.sequences.get(r)]
+        if silent:
+            return True, (f"reproduced the wait: rank(s) {rank_ranges(stuck)} hung at seq {div}; rank(s) "
+                          f"{rank_ranges(silent)} left no collective record (no flight-recorder dump), so they were "
+                          f"replayed as silent: what they issued instead is not known")
         return True, (f"reproduced: rank(s) {rank_ranges(stuck)} hung at seq {div} waiting for rank(s) "
                       f"{rank_ranges(p.culprits)}, which never issued it")
     if p.kind == "mismatch":
@@ -90,7 +95,13 @@ def replay_collectives(run_id: str, db: Path, finding: str | None = None, backen
         "SELECT signature FROM findings WHERE run_id = ? AND role = 'root_cause' ORDER BY confidence DESC LIMIT 1",
         [run_id]).fetchall() or [[None]])[0][0]
     p = sequence.plan(con, run_id, world_size or recorded_world)
+    named = con.execute("SELECT ranks FROM findings WHERE run_id = ? AND signature = ? AND role = 'root_cause' "
+                        "LIMIT 1", [run_id, target]).fetchall()
     con.close()
+    # Two ranks that disagree have no majority: which one is "wrong" is the log analysis' call
+    # (the rank whose code path differs), so the replay names the same one.
+    if p.kind == "mismatch" and named and named[0][0] and set(named[0][0]) <= set(p.sequences):
+        p.culprits = list(named[0][0])
     if not p.sequences:
         raise PostmortemError(f"run {run_id} has no collective records (flight recorder, NCCL COLL lines, "
                               "watchdog, profiler) to replay.")
