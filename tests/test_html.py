@@ -46,3 +46,17 @@ def test_html_escapes_log_text_and_loads_nothing_from_outside():
     page = to_html(report)
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert not re.search(r"""(src|href)=["']?https?:""", page)
+
+
+def test_html_report_of_a_hang_shows_where_the_stuck_rank_stopped(tmp_path):
+    report = api.analyze(sample_dir("hang_dataloader"), keep=False, with_series=True)
+    seq = re.search(r"sequence (\d+)", report["verdict"]["summary"])[1]
+    page = tmp_path / "hang.html"
+    page.write_text(to_html(report))
+    dom = browse(tmp_path, page, "--dump-dom").stdout
+    grid = re.search(r'<table id="collectives">(.*?)</table>', dom, re.S)[1]
+    header = re.findall(r'<th class="cell">([^<]*)</th>', grid)
+    stuck = re.search(r"<tr><th>rank 1</th>(.*?)</tr>", grid, re.S)[1]
+    cells = re.findall(r'<td class="cell([^"]*)"', stuck)
+    assert f"0:{seq}" in header
+    assert "missing" in cells[header.index(f"0:{seq}")]  # rank 1 never issued the sequence rank 0 waits in
