@@ -37,18 +37,18 @@ _PAIR = (
 
 def _fingerprint(fp: pl.Expr) -> dict[str, pl.Expr]:
     shape = fp.str.extract(r"TensorShape=\[([^\]]*)\]", 1)
-    dims = shape.str.split(",").list.eval(pl.element().str.strip_chars().cast(pl.Int64, strict=False))
+    dims = shape.str.split(",").list.eval(pl.element().str.strip_chars().cast(pl.Int64, strict=False))  # safe: Polars list.eval
     dtypes = fp.str.extract(r"TensorDtypes=(.*?)(?:, TensorDeviceTypes=|\)|$)", 1)
-    dtype_list = dtypes.str.strip_chars("[] ").str.split(",").list.eval(pl.element().str.strip_chars())
+    dtype_list = dtypes.str.strip_chars("[] ").str.split(",").list.eval(pl.element().str.strip_chars())  # safe: Polars list.eval
     return {
         "seq_id": fp.str.extract(r"SequenceNumber=(\d+)", 1).cast(pl.Int64, strict=False),
         "op": fp.str.extract(r"OpType=(\w+)", 1),
         "numel_in": pl.when(shape.is_not_null()).then(
             pl.when(shape.str.strip_chars() == "").then(pl.lit(1, pl.Int64))
-            .otherwise(dims.list.eval(pl.element().product()).list.first())),
+            .otherwise(dims.list.eval(pl.element().product()).list.first())),  # safe: Polars list.eval
         "sizes": pl.when(shape.is_not_null()).then(pl.concat_str([pl.lit('{"in": [['), shape, pl.lit("]]}")])),
         "dtypes": pl.when(dtypes.is_not_null()).then(
-            pl.concat_str([pl.lit('{"in": ['), dtype_list.list.eval(pl.format('"{}"', pl.element())).list.join(", "),
+            pl.concat_str([pl.lit('{"in": ['), dtype_list.list.eval(pl.format('"{}"', pl.element())).list.join(", "),  # safe: Polars list.eval
                            pl.lit("]}")])),
     }
 

@@ -268,8 +268,8 @@ def _watchdog_collectives(df: pl.DataFrame, source: Source) -> pl.DataFrame:
     if works.is_empty():
         return conform("collectives", works)
     timed_out = ~pl.col("msg").str.contains("raised the following async exception", literal=True)
-    shape_numel = pl.col("shape").str.split(",").list.eval(
-        pl.element().str.strip_chars().cast(pl.Int64, strict=False)).list.eval(pl.element().product()).list.first()
+    shape_numel = pl.col("shape").str.split(",").list.eval(  # safe: Polars list.eval
+        pl.element().str.strip_chars().cast(pl.Int64, strict=False)).list.eval(pl.element().product()).list.first()  # safe: Polars list.eval
     rows = works.select(
         "rank",
         pl.lit("watchdog").alias("source"),
