@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from postmortem.engine import rank_ranges
+
 from .common import NOT_USER_SQL
 
 PG_SOURCES = ("flight_recorder", "watchdog")
@@ -134,8 +136,7 @@ def _in_dtypes(dtypes: str | None) -> tuple | None:
 
 
 def _fmt(ranks) -> str:
-    ranks = sorted(set(ranks))
-    return ", ".join(map(str, ranks))
+    return rank_ranges(list(ranks))
 
 
 # ---------------------------------------------------------------- loading

@@ -51,7 +51,8 @@ def _grouped(endings: list[dict]) -> str:
     for _, ranks in sorted(groups.items(), key=lambda g: min(g[1])):
         first = next(e for e in endings if e["rank"] == ranks[0])
         who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
-        parts.append(f"{who}: {first['ended'][:120]}")
+        ended = first["ended"] if len(first["ended"]) <= 160 else first["ended"][:159] + "…"
+        parts.append(f"{who}: {ended}")
     return "; ".join(parts)
 
 
