@@ -201,6 +201,17 @@ def test_op_families_join_every_sources_spelling():
         assert {alignment.op_family(s) for s in spellings} == {family}
 
 
+def test_between_two_equal_sides_the_odd_one_left_the_loops_usual_path():
+    # A training step's collectives repeat: after (grads, metric) came the shard all-gather.
+    step = [("all_reduce", 262144), ("all_reduce", 4880), ("all_gather", 4096)]
+    history = step * 3 + step[:2]
+    assert alignment.expected_next(history) == ("all_gather", 4096)
+    # FSDP: after block 0's all-gather, block 2's came next (a rank skipping it jumps to the head's)
+    fsdp = [("ag", 65792), ("ag", 65664), ("ag", 2056), ("rs", 2056)] * 2 + [("ag", 65792)]
+    assert alignment.expected_next(fsdp) == ("ag", 65664)
+    assert alignment.expected_next([("ag", 1)]) is None
+
+
 # ---------------------------------------------------------------- no false alarms
 
 

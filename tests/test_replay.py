@@ -84,3 +84,61 @@ def test_replay_of_a_gloo_hang_reproduces_at_the_analysis_sequence_and_the_fix_c
     assert seen["culprit_ranks"] == report["verdict"]["culprit_ranks"]
     fixed = replay(report["run_id"], history, backend="gloo", timeout_s=20, fix=True)
     assert not fixed["reproduced"] and all(r["finished"] for r in fixed["ranks"].values())
+
+
+@pytest.mark.parametrize("name", ["allgather_shard_mismatch", "dtype_mismatch"])
+def test_a_gloo_size_mismatch_whose_culprit_left_no_dump_is_rebuilt_and_reproduced(name, history):
+    # The culprit aborted on gloo's size check before it could dump: its side is rebuilt from
+    # its peer's sequence, its stack's call site and the byte counts gloo printed.
+    report = api.analyze(sample_dir(name), db=history)
+    seen = replay(report["run_id"], history, backend="gloo", timeout_s=20)
+    assert seen["reproduced"] and seen["kind"] == "mismatch"
+    assert seen["culprit_ranks"] == report["verdict"]["culprit_ranks"]
+    assert "SIGABRT" in seen["summary"] and f"seq {seen['divergence']}" in seen["summary"]
+    assert any("gloo's byte counts" in note for note in seen["notes"])
+    fixed = replay(report["run_id"], history, backend="gloo", timeout_s=20, fix=True)
+    assert not fixed["reproduced"] and all(r["finished"] for r in fixed["ranks"].values())
+
+
+@pytest.mark.parametrize("name", ["healthy", "healthy_fsdp"])
+def test_a_healthy_run_replays_to_completion_with_nothing_reproduced(name, history):
+    run_id = analyzed(name, history)
+    seen = replay(run_id, history, backend="gloo", timeout_s=20)
+    assert seen["kind"] == "none" and not seen["reproduced"]
+    assert seen["summary"].startswith("nothing to reproduce") and all(r["finished"] for r in seen["ranks"].values())
+
+
+def _committed_replays():
+    from .conftest import SAMPLES
+    return sorted(p.parent.parent.name for p in SAMPLES.glob("*/replay/replay.json"))
+
+
+@pytest.mark.parametrize("name", _committed_replays())
+def test_committed_gpu_replays_agree_with_the_analysis_of_their_sample(name, history):
+    """The replays run on the H200s (NCCL collectives, inductor compiles) and committed under
+    sample_logs/<scenario>/replay/: what they reproduced is what today's analysis of the same
+    logs says, at the same sequence number and on the same ranks, and --fix completed."""
+    import json
+
+    seen = json.loads((sample_dir(name) / "replay" / "replay.json").read_text())
+    fixed = json.loads((sample_dir(name) / "replay" / "replay_fix.json").read_text())
+    verdict = api.analyze(sample_dir(name), db=history)["verdict"]
+    assert not fixed["reproduced"]
+    if not (verdict or {}).get("signature"):
+        assert seen["kind"] == "none" and not seen["reproduced"]
+        assert all(r["finished"] for r in fixed["ranks"].values())
+        return
+    assert seen["reproduced"] and seen["finding"] == verdict["signature"]
+    if seen["backend"] == "compile":
+        rank = next(iter(seen["ranks"].values()))
+        assert abs(rank["recompiles"] - rank["recorded_recompiles"]) <= 1
+        assert next(iter(fixed["ranks"].values()))["recompiles"] == 0
+        return
+    assert seen["backend"] == "nccl" and seen["culprit_ranks"] == verdict["culprit_ranks"]
+    analysis_seq = int(re.search(r"sequence (\d+)", verdict["summary"])[1])
+    detail = [n for n in seen["notes"] if n.startswith("TORCH_DISTRIBUTED_DEBUG=DETAIL")]
+    if detail:  # DETAIL numbers from 0, the flight recorder from 1
+        assert f"its sequence {analysis_seq} (the recorder's {seen['divergence']})" in detail[0]
+    else:
+        assert seen["divergence"] == analysis_seq
+    assert all(r["finished"] for r in fixed["ranks"].values())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -28,6 +30,25 @@ def test_history_has_every_table_and_the_schema_version(sample, history):
     tables = {r[0] for r in con.execute("select table_name from information_schema.tables").fetchall()}
     assert set(TABLES) | {"schema_version"} <= tables
     assert con.execute("select max(version) from schema_version").fetchone()[0] == SCHEMA_VERSION
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("history_v*.duckdb")), ids=lambda p: p.stem)
+def test_a_history_written_by_every_earlier_schema_stays_readable(fixture, sample, tmp_path):
+    """tests/fixtures/history_v<N>.duckdb: a history as schema N wrote it (one analyzed run,
+    committed when N was current). Today's postmortem migrates it, shows the old run as it was
+    stored, and adds a new run beside it."""
+    db = tmp_path / fixture.name
+    shutil.copy(fixture, db)
+    (old,) = api.runs(db=db)
+    report = api.show(old["run_id"], db=db)
+    assert report["verdict"]["signature"] == "rank-crash" and report["verdict"]["culprit_ranks"] == [1]
+    new = api.analyze(sample("healthy"), db=db)
+    assert {r["run_id"] for r in api.runs(db=db)} == {old["run_id"], new["run_id"]}
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("select max(version) from schema_version").fetchall()[0][0] == SCHEMA_VERSION
 
 
 def test_a_failure_while_copying_a_run_leaves_no_half_run(sample, history):

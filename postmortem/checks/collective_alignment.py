@@ -316,8 +316,18 @@ def _progress(pg: str, ranks: set[int], seqs: dict[int, dict[int, Call]], status
     return out
 
 
+def _troubled(con, run_id) -> bool:
+    """Did anything in the run fail, time out or get signalled?"""
+    return con.execute(
+        """SELECT EXISTS (SELECT 1 FROM failures WHERE run_id = $1)
+               OR EXISTS (SELECT 1 FROM events WHERE run_id = $1 AND kind IN
+                          ('watchdog_timeout', 'exception', 'terminate', 'fatal', 'agent_signal'))""",
+        [run_id]).fetchall()[0][0]
+
+
 def _hangs(con, run_id, calls_by_seq, members, descs) -> list[Disagreement]:
     status = _status(con, run_id)
+    troubled = None
     dumped = _dumped(con, run_id)
     everyone = _all_ranks(con, run_id)
     by_pg: dict[str, dict[int, dict[int, Call]]] = defaultdict(dict)
@@ -369,6 +379,13 @@ def _hangs(con, run_id, calls_by_seq, members, descs) -> list[Disagreement]:
         laggards = consistent and sorted(r for r, p in progress.items()
                                          if r in issued and (p["done"] or 0) < low
                                          and any((q["done"] or 0) >= low for q in progress.values()))
+        if low == min(enqs) == max(enqs):
+            # Every rank issued this last collective: in a run where nothing failed, its
+            # completion just wasn't recorded yet when they dumped (gloo marks it after the
+            # call returns), which is no hang.
+            troubled = _troubled(con, run_id) if troubled is None else troubled
+            if not troubled:
+                continue
         if laggards:
             done_by = sorted(r for r, p in progress.items() if (p["done"] or 0) >= low)
             found.append(Disagreement(
@@ -425,11 +442,51 @@ def _direct_calls(con: duckdb.DuckDBPyConnection, run_id: str, d: Disagreement) 
     return direct
 
 
-def _break_ties(con: duckdb.DuckDBPyConnection, run_id: str, found: list[Disagreement]) -> None:
-    """Two equal sides of different collectives: the side the user's code calls directly (a
-    barrier under `if rank == 0:`) is the odd one, not DDP's all-reduce that every rank runs."""
+def _key(call: Call) -> tuple:
+    return (call.family, call.numel_in, call.numel_out, _in_dtypes(call.dtypes))
+
+
+def expected_next(history: list[tuple], context: int = 4) -> tuple | None:
+    """What the sequence issued next the last time it stood where it stands now: the latest
+    earlier point whose preceding ``context`` (down to 1) calls equal the last ones of
+    ``history``. Training loops repeat their collectives every step, so this is the call a
+    rank on the usual path issues next."""
+    for width in range(min(context, len(history) - 1), 0, -1):
+        tail = history[-width:]
+        for end in range(len(history) - 1, width - 1, -1):
+            if history[end - width:end] == tail:
+                return history[end]
+    return None
+
+
+def _agreed_history(by_seq: dict[tuple, dict[int, Call]], pg, seq: int) -> list[tuple]:
+    """The group's calls before ``seq`` where every rank that issued them agreed, in order."""
+    out = []
+    for (g, s), calls in sorted(((k, v) for k, v in by_seq.items() if k[0] == pg and k[1] < seq),
+                                key=lambda kv: kv[0][1]):
+        keys = {_key(c) for c in calls.values()}
+        if len(keys) == 1:
+            out.append(keys.pop())
+    return out
+
+
+def _break_ties(con: duckdb.DuckDBPyConnection, run_id: str, found: list[Disagreement],
+                by_source: dict[str, dict[tuple, dict[int, Call]]]) -> None:
+    """Two equal sides (no majority): the odd side is the one that left the loop's usual
+    path: its call is not what the sequence issued the last time it stood at the same point
+    (a shard of another size, a bf16 metric, a skipped FSDP all-gather). Else, for different
+    ops, the side the user's code calls directly (a barrier under `if rank == 0:`), not DDP's
+    all-reduce that every rank runs."""
     for d in found:
-        if d.kind == "mismatch" and d.detail.startswith("op") and d.culprits and not d.others:
+        if d.kind != "mismatch" or not d.culprits or d.others:
+            continue
+        usual = expected_next(_agreed_history(by_source.get(d.source, {}), d.pg, d.seq))
+        if usual is not None:
+            on_path = {r for r, c in d.calls.items() if _key(c) == usual}
+            if on_path and on_path != set(d.calls):
+                d.others, d.culprits = sorted(on_path), sorted(set(d.calls) - on_path)
+                continue
+        if d.detail.startswith("op"):
             direct = _direct_calls(con, run_id, d)
             if direct and direct != set(d.culprits):
                 d.others, d.culprits = sorted(set(d.culprits) - direct), sorted(direct)
@@ -478,7 +535,11 @@ def analyze(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Disagreement]:
     out += _mismatches(detail, "detail", {None: len(everyone) or None}, {}, set())
     nccl = _calls(con, run_id, ("nccl_log",))
     out += _mismatches(nccl, "nccl_log", {}, {}, set())
-    _break_ties(con, run_id, out)
+    _break_ties(con, run_id, out, {"flight_recorder": pg_calls, "detail": detail, "nccl_log": nccl})
+    # NCCL checks no sizes: a mismatched collective can complete on one side and not the
+    # other. That is the mismatch showing, not a stalled GPU.
+    mismatched = {(d.pg, d.seq) for d in out if d.kind == "mismatch" and d.source == "flight_recorder"}
+    out = [d for d in out if not (d.kind == "never_completed" and (d.pg, d.seq) in mismatched)]
     order = {"mismatch": 0, "never_completed": 1, "never_enqueued": 2, "stuck": 3, "never_enqueued_waiting_elsewhere": 4}
     return sorted(out, key=lambda d: (order[d.kind], d.seq))
 

@@ -37,10 +37,12 @@ def _aligned(con: duckdb.DuckDBPyConnection, run_id: str, found: list[alignment.
     d = min(found, key=lambda x: (_SOURCE_ORDER.index(x.source) if x.source in _SOURCE_ORDER else 9, x.seq))
     frames = _user_frames(con, run_id)
     stacks = stack_positions(con, run_id)
-    user_line = next((frames[(c.file, c.line)] for c in d.calls.values() if (c.file, c.line) in frames), None)
+    # The culprits' call site first: where the odd rank's code went, not where the others waited.
+    calls = [d.calls[r] for r in d.culprits + d.others if r in d.calls]
+    user_line = next((frames[(c.file, c.line)] for c in calls if (c.file, c.line) in frames), None)
     if user_line is None:
         sites = alignment.call_sites(con, run_id)
-        user_line = alignment.first_site(sites, d.calls.values())
+        user_line = alignment.first_site(sites, calls)
     if user_line is None:
         user_line = next((stacks[r]["user_line"] for r in d.culprits if stacks.get(r, {}).get("user_line")), None)
     detail = f"{d.group}, sequence {d.seq}: {d.detail}"

@@ -61,6 +61,13 @@ def describe(p: sequence.Plan, outcome, fix: bool) -> tuple[bool, str]:
             return False, f"the corrected sequence completes on all {p.world_size} ranks in {outcome.seconds} s"
         return True, (f"the corrected sequence still fails: hung {rank_ranges(list(hung))} "
                       f"errors {'; '.join(f'rank {r}: {e}' for r, e in failed.items())}")
+    if p.kind == "none":
+        if clean:
+            return False, (f"nothing to reproduce: the run has no finding, and every rank's recorded collectives "
+                           f"(seq {p.first_seq}..{div}) complete when replayed, in {outcome.seconds} s")
+        return True, (f"the recorded collectives (seq {p.first_seq}..{div}) do not complete when replayed, though "
+                      f"the run has no finding: hung {rank_ranges(list(hung))}; "
+                      f"{'; '.join(f'rank {r}: {e}' for r, e in failed.items())}")
     if clean:
         return False, (f"not reproduced: every rank's recorded collectives (seq {p.first_seq}..{div}) complete "
                        f"when replayed; the hang was outside the collective sequence (a stalled GPU stream, the "
@@ -75,7 +82,8 @@ def describe(p: sequence.Plan, outcome, fix: bool) -> tuple[bool, str]:
         return True, (f"reproduced: rank(s) {rank_ranges(stuck)} hung at seq {div} waiting for rank(s) "
                       f"{rank_ranges(p.culprits)}, which never issued it")
     if p.kind == "mismatch":
-        detail = next(iter(failed.values()), "hung")
+        detail = next((f"rank {r} {failed[r]}" for r in p.culprits if r in failed),
+                      next((f"rank {r} {e}" for r, e in failed.items()), "hung"))
         return True, (f"reproduced: seq {div} fails when rank(s) {rank_ranges(p.culprits)} issue a different "
                       f"collective from the others: {detail}")
     return True, f"reproduced: rank(s) {rank_ranges(stuck)} hung at seq {div}"
@@ -105,6 +113,8 @@ def replay_collectives(run_id: str, db: Path, finding: str | None = None, backen
     if not p.sequences:
         raise PostmortemError(f"run {run_id} has no collective records (flight recorder, NCCL COLL lines, "
                               "watchdog, profiler) to replay.")
+    if target is None and p.kind == "stuck":
+        p.kind, p.culprits = "none", []  # a run with no finding: replay what it recorded, expect it to complete
     chosen = choose_backend(backend, min(p.world_size, MAX_GLOO_RANKS))
     try:
         p = sequence.fold(p, MAX_GLOO_RANKS if chosen == "gloo" else _torch().cuda.device_count())

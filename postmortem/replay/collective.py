@@ -11,12 +11,15 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import signal
 import socket
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from .sequence import GATHER_OPS, SCATTER_OPS, Op, Plan
+from postmortem.checks.collective_alignment import op_family
+
+from .sequence import Op, Plan
 
 MAX_NUMEL = 16 << 20  # a replayed tensor is capped: the sizes are what must disagree, not the bytes
 DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
@@ -57,22 +60,22 @@ def _shape(n: int) -> int:
 def _issue(dist, torch, op: Op, world: int, device):
     dtype = getattr(torch, DTYPES.get(op.dtype, "float32"))
     ones = lambda n: torch.ones(_shape(n), dtype=dtype, device=device)  # noqa: E731
-    name = op.op.split(":")[-1]
-    if name in GATHER_OPS:
+    family = op_family(op.op.split(":")[-1])  # every source's spelling: _ALLGATHER_BASE, gloo:all_gather, ...
+    if family == "all_gather":
         out = torch.empty(_shape(op.out_numel), dtype=dtype, device=device)
         return dist.all_gather_into_tensor(out, ones(op.in_numel))
-    if name in SCATTER_OPS:
+    if family == "reduce_scatter":
         out = torch.empty(_shape(op.out_numel), dtype=dtype, device=device)
         return dist.reduce_scatter_tensor(out, ones(op.in_numel))
-    if name in ("all_reduce", "allreduce", "all_reduce_barrier"):
+    if family == "all_reduce" or op.op.lower().endswith("all_reduce_barrier"):
         return dist.all_reduce(ones(op.in_numel))
-    if name == "barrier":
+    if family == "barrier":
         return dist.barrier()
-    if name in ("broadcast", "_broadcast_oop"):
+    if family == "broadcast":
         return dist.broadcast(ones(op.in_numel), src=0)
-    if name in ("reduce", "_reduce_oop"):
+    if family == "reduce":
         return dist.reduce(ones(op.in_numel), dst=0)
-    if name in ("all_to_all", "all_to_all_single", "alltoall_base"):
+    if family == "all_to_all":
         t = ones(max(world, op.in_numel // world * world))
         return dist.all_to_all_single(torch.empty_like(t), t)
     raise UnsupportedOp(f"op {op.op} is not replayed")
@@ -167,7 +170,14 @@ def run(p: Plan, backend: str, timeout_s: float, startup_s: float = STARTUP_S) -
             done.add(rank)
     release.set()
     for rank, proc in procs.items():
-        if rank not in done:
+        if rank in done:
+            continue
+        if proc.exitcode is not None:  # it died on its own (gloo's size check aborts the process)
+            how = (f"signal {signal.Signals(-proc.exitcode).name}" if proc.exitcode < 0
+                   else f"exit code {proc.exitcode}")
+            outcome.failed_at[rank] = current[rank]
+            outcome.errors[rank] = f"at seq {current[rank]}: the process died ({how})"
+        else:
             outcome.hung[rank] = current[rank]
     for proc in procs.values():
         proc.join(timeout=2)

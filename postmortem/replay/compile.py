@@ -34,16 +34,20 @@ class CompilePlan:
 
 
 def plan(con: duckdb.DuckDBPyConnection, run_id: str) -> CompilePlan | None:
-    """The most-recompiled frame of the run, and the calls that made it recompile."""
-    top = con.execute(
+    """The most-recompiled frame of the user's code (torch's own wrappers, such as DDP's
+    ``inner``, recompile alongside it), and the calls that made it recompile."""
+    frames = con.execute(
         """
-        SELECT rank, function, code_file, code_line, count(DISTINCT regexp_replace(attempt, '_[0-9]+$', '')) AS n
-        FROM compiles WHERE run_id = ? AND event = 'recompile' AND rank IS NOT NULL
-        GROUP BY ALL ORDER BY n DESC, rank LIMIT 1
+        SELECT * FROM (
+            SELECT rank, function, code_file, code_line, count(DISTINCT regexp_replace(attempt, '_[0-9]+$', '')) AS n
+            FROM compiles WHERE run_id = ? AND event = 'recompile' AND rank IS NOT NULL
+            GROUP BY ALL)
+        ORDER BY coalesce(code_file LIKE '%/torch/%' OR code_file LIKE '%-packages/%', true), n DESC, rank, function
         """, [run_id]).fetchall()
-    if not top:
-        return None
-    rank, function, code_file, code_line, n = top[0]
+    return next((p for frame in frames if (p := _frame_plan(con, run_id, *frame)) is not None), None)
+
+
+def _frame_plan(con, run_id, rank, function, code_file, code_line, n) -> CompilePlan | None:
     reasons = con.execute(
         """
         SELECT attempt, any_value(reason) FROM compiles

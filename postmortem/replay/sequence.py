@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 
 import duckdb
 
+from postmortem.checks.collective_alignment import call_sites, op_family
+from postmortem.checks.common import NOT_USER_SQL
+
 SOURCE_ORDER = ["flight_recorder", "nccl_log", "watchdog", "detail", "profiler"]
-# All-gather outputs (and reduce-scatter inputs) hold world-size shards: they scale when folding.
-GATHER_OPS = {"all_gather", "_all_gather_base", "all_gather_into_tensor", "allgather_into_tensor_coalesced"}
-SCATTER_OPS = {"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor"}
 WINDOW = 8  # replay this many collectives before the divergence: enough to line the ranks up
 
 
@@ -30,6 +30,8 @@ class Op:
     out_numel: int
     dtype: str
     source: str
+    file: str | None = None  # the record it came from (a dump and its entry), for its call site
+    line: int | None = None
 
     def key(self) -> tuple:
         return (self.op, self.in_numel, self.out_numel, self.dtype)
@@ -62,13 +64,13 @@ def recorded(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, list[Op]]
     """rank -> its recorded collectives (one source per rank and group: the best there is)."""
     rows = con.execute(
         """
-        SELECT rank, pg, seq_id, op, numel_in, numel_out, sizes, dtypes, source FROM collectives
+        SELECT rank, pg, seq_id, op, numel_in, numel_out, sizes, dtypes, source, file, line_no FROM collectives
         WHERE run_id = ? AND rank IS NOT NULL AND seq_id IS NOT NULL AND op IS NOT NULL
         QUALIFY dense_rank() OVER (PARTITION BY rank, pg ORDER BY list_position(?, source)) = 1
         ORDER BY rank, pg, seq_id
         """, [run_id, SOURCE_ORDER]).fetchall()
     out: dict[int, list[Op]] = {}
-    for rank, pg, seq, op, numel_in, numel_out, sizes, dtypes, source in rows:
+    for rank, pg, seq, op, numel_in, numel_out, sizes, dtypes, source, file, line_no in rows:
         size_doc = json.loads(sizes) if sizes else {}
         dtype_doc = json.loads(dtypes) if dtypes else {}
         in_numel = _numel(size_doc.get("in")) if size_doc.get("in") else (numel_in or 0)
@@ -76,17 +78,86 @@ def recorded(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, list[Op]]
         dtype = (dtype_doc.get("in") or dtype_doc.get("out") or ["Float"])[0] if isinstance(dtype_doc, dict) \
             else str(dtype_doc)
         ops = out.setdefault(int(rank), [])
-        if ops and ops[-1].pg == pg and ops[-1].seq == seq:
+        if ops and ops[-1].pg == str(pg) and ops[-1].seq == seq:  # DETAIL repeats a fingerprint
             continue
         ops.append(Op(pg=str(pg), seq=int(seq), op=str(op), in_numel=int(in_numel), out_numel=int(out_numel),
-                      dtype=str(dtype), source=source))
+                      dtype=str(dtype), source=source, file=file, line=line_no))
     return out
+
+
+# gloo's check on a receive: the bytes a peer sent vs the bytes this rank's tensor holds,
+# and where this rank's main thread was when it aborted (faulthandler, or py-spy).
+_GLOO_SIZE_REPORTS = f"""
+    SELECT e.rank,
+           TRY_CAST(regexp_extract(e.attrs->>'what', 'op.preamble.length <= op.nbytes. (\\d+) vs (\\d+)', 1) AS BIGINT),
+           TRY_CAST(regexp_extract(e.attrs->>'what', 'op.preamble.length <= op.nbytes. (\\d+) vs (\\d+)', 2) AS BIGINT),
+           (SELECT arg_min(file || ':' || line, depth) FROM stacks
+            WHERE stacks.run_id = e.run_id AND stacks.rank = e.rank AND source IN ('faulthandler', 'pyspy')
+              AND line IS NOT NULL AND {NOT_USER_SQL})
+    FROM events e
+    WHERE e.run_id = ? AND e.kind = 'terminate' AND e.attrs->>'what' LIKE '%doesn''t match expected size%'
+"""
+
+
+def stand_ins(con: duckdb.DuckDBPyConnection, run_id: str, by_rank: dict[int, list[Op]]) -> tuple[dict, list]:
+    """Sequences for ranks that aborted on gloo's size check before they could dump anything.
+
+    Such a rank issued what its peers issued up to the collective it died in (its stack's
+    call site, matched to the peer's recorded call sites), and that collective held the
+    bytes gloo reported: the peer's element count scaled by expected / received. Returns
+    (rank -> ops, notes)."""
+    reports = [r for r in con.execute(_GLOO_SIZE_REPORTS, [run_id]).fetchall()
+               if r[0] is not None and r[0] not in by_rank and r[1] and r[2] and r[3]]
+    if not reports or not by_rank:
+        return {}, []
+    sites = call_sites(con, run_id)
+    peer = min(by_rank)
+    out, notes = {}, []
+    for rank, received, expected, site in reports:
+        at = [i for i, o in enumerate(by_rank[peer]) if sites.get((o.file, o.line)) == site]
+        if not at:
+            continue
+        ops = list(by_rank[peer][:at[-1] + 1])
+        odd = ops[-1]
+        ops[-1] = replace(odd, in_numel=odd.in_numel * expected // received,
+                          out_numel=odd.out_numel * expected // received, source="stand-in", file=None, line=None)
+        out[rank] = ops
+        notes.append(f"rank {rank} left no collective record (it aborted on gloo's size check): replayed as rank "
+                     f"{peer}'s sequence up to seq {odd.seq} ({odd.op} at {site}), where gloo's byte counts "
+                     f"({expected} expected, {received} received) give it {ops[-1].in_numel} elements, not "
+                     f"{odd.in_numel} (numel or dtype: the bytes can't tell)")
+    return out, notes
 
 
 def _majority(ops: list[Op]) -> Op:
     counts = Counter(o.key() for o in ops)
     best = max(counts.values())
     return next(o for o in ops if counts[o.key()] == best)
+
+
+def caught_by_detail(seqs: dict[int, list[Op]], pg: str, world: int) -> tuple[dict[int, Op], str | None]:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL compares every collective's fingerprint across ranks
+    before issuing it, so a mismatch it caught never reached the flight recorder. When every
+    rank's recorder ends where its fingerprints' second-to-last entry does (DETAIL counts
+    from 0, the recorder from 1), the last fingerprint is what each rank was about to issue
+    next. Returns rank -> that op (numbered as the recorder would), and a note."""
+    tails, ends = {}, set()
+    for rank, ops in seqs.items():
+        detail = [o for o in ops if o.source == "detail"]
+        recorded = [o for o in ops if o.pg == pg and o.source != "detail"]
+        if len(detail) < 2 or not recorded:
+            return {}, None
+        last, before, end = detail[-1], detail[-2], recorded[-1]
+        if (op_family(before.op), before.in_numel) != (op_family(end.op), end.in_numel) or before.seq + 1 != end.seq:
+            return {}, None
+        out = last.in_numel * world if op_family(last.op) == "all_gather" else last.in_numel
+        tails[rank] = replace(last, pg=pg, seq=end.seq + 1, out_numel=out, source="detail")
+        ends.add(end.seq)
+    if len(ends) != 1 or len({o.key() for o in tails.values()}) < 2:
+        return {}, None
+    seq = ends.pop() + 1
+    return tails, (f"TORCH_DISTRIBUTED_DEBUG=DETAIL stopped its sequence {seq - 1} (the recorder's {seq}) before "
+                   f"NCCL ran it: each rank's side of it is its last DETAIL fingerprint")
 
 
 def plan(con: duckdb.DuckDBPyConnection, run_id: str, world_size: int | None = None) -> Plan:
@@ -98,6 +169,12 @@ def plan(con: duckdb.DuckDBPyConnection, run_id: str, world_size: int | None = N
     pg = "0" if "0" in pgs else pgs.most_common(1)[0][0]
     by_rank = {r: [o for o in ops if o.pg == pg] for r, ops in seqs.items()}
     by_rank = {r: ops for r, ops in by_rank.items() if ops}
+    rebuilt, notes = stand_ins(con, run_id, by_rank)
+    by_rank.update(rebuilt)
+    tails, caught = caught_by_detail(seqs, pg, world_size or max(by_rank) + 1)
+    for rank, op in tails.items():
+        by_rank[rank] = by_rank[rank] + [op]
+    notes += [caught] if caught else []
     world = world_size or max(by_rank) + 1
     ranks = sorted(by_rank)
     last_seq = max(o.seq for ops in by_rank.values() for o in ops)
@@ -119,7 +196,6 @@ def plan(con: duckdb.DuckDBPyConnection, run_id: str, world_size: int | None = N
         divergence = last_seq if last_seq >= first_seq else None
     start = max(first_seq, (divergence or last_seq) - WINDOW)
     sequences = {r: [o for o in ops if o.seq >= start] for r, ops in by_rank.items()}
-    notes = []
     if len(by_rank) < world:
         absent = sorted(set(range(world)) - set(by_rank))
         notes.append(f"no collective records for rank(s) {absent}: replayed as if they issued nothing")
@@ -152,9 +228,11 @@ def fold(p: Plan, max_ranks: int) -> Plan:
     renumber = {old: new for new, old in enumerate(order)}
 
     def scaled(o: Op) -> Op:
-        if o.op in GATHER_OPS and o.in_numel:
+        # all-gather outputs (and reduce-scatter inputs) hold world-size shards
+        family = op_family(o.op.split(":")[-1])
+        if family == "all_gather" and o.in_numel:
             return replace(o, out_numel=o.out_numel // p.world_size * new_world)
-        if o.op in SCATTER_OPS and o.out_numel:
+        if family == "reduce_scatter" and o.out_numel:
             return replace(o, in_numel=o.in_numel // p.world_size * new_world)
         return o
 
