@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -74,6 +75,7 @@ SCENARIOS = {
         signatures=["collective-mismatch"], root_cause="collective-mismatch", culprit_ranks=[0],
     ),
     "allgather_shard_mismatch": dict(
+        hangs_on_nccl=True,
         steps=10,
         planted="step 4: rank 1 all-gathers a 4000-element flat shard, rank 0 a 4096-element one "
                 "(all_gather_into_tensor in gather_flat_params)",
@@ -85,8 +87,12 @@ SCENARIOS = {
         # what really happens on gloo (see NOTES): both ranks segfault inside DDP(...) first
         signatures=["native-crash"], root_cause="native-crash", culprit_ranks=[0, 1],
         marker="allgather_shard_mismatch", evidence="collective_mismatch_detail",
+        # on NCCL, DDP starts and DETAIL's check raises at the mismatched all-gather itself
+        nccl=dict(signatures=["collective-mismatch"], root_cause="collective-mismatch",
+                  culprit_ranks=[1], evidence="allgather_shard_mismatch"),
     ),
     "dtype_mismatch": dict(
+        hangs_on_nccl=True,
         steps=10,
         planted="step 4: rank 1 all-reduces a bf16 metric tensor, rank 0 an fp32 one (sync_metric)",
         signatures=["collective-mismatch"], root_cause="collective-mismatch", culprit_ranks=[1],
@@ -157,6 +163,14 @@ SCENARIOS = {
         planted="nothing: 10 ordinary FSDP2 steps (fully_shard on each Linear and on the root) "
                 "+ torch.compile",
         signatures=[], root_cause=None, culprit_ranks=[], marker=None, user_line=None,
+    ),
+    "fsdp_desync": dict(
+        hangs_on_nccl=True,
+        steps=10,
+        planted="FSDP2 (fully_shard on each Linear and the root, eager): at step 4 rank 1 alone "
+                "takes an early exit in the forward that skips blocks[2], so it never all-gathers "
+                "that Linear's shard",
+        signatures=["collective-mismatch"], root_cause="collective-mismatch", culprit_ranks=[1],
     ),
     "recompile_shapes": dict(
         steps=12, torch_trace=True,
@@ -244,6 +258,66 @@ SCENARIOS = {
 
 # Notes, written after looking at what the runs really did (see README.md).
 NOTES = {
+    "healthy_nccl":
+        "Both ranks dump NCCL's flight recorder when the run completes (train.py's "
+        "dump_flight_recorder after the final barrier): 25 entries each, every one completed; "
+        "that record is what `postmortem replay` re-runs to show a healthy run completes.",
+    "healthy_fsdp_nccl":
+        "As healthy_nccl, with FSDP2's all-gathers and reduce-scatters: 91 flight-recorder "
+        "entries per rank at completion.",
+    "rank_exception_nccl":
+        "Rank 1's ValueError ends it at step 4 (it dumps 12 entries first); torchrun SIGTERMs rank "
+        "0, whose SIGTERM handler blocks in the NCCL recorder's dump behind the gradient all-reduce "
+        "(seq 13) rank 1 never joined; rank 0's watchdog times out 30 s later and torchrun SIGKILLs "
+        "it: rank 0's dump is the watchdog's.",
+    "cuda_oom_spike_nccl":
+        "One rank OOMs while the other waits: rank 1's torch.OutOfMemoryError (256 GiB asked of a "
+        "139.8 GiB GPU) ends it at step 4; rank 0 waits in the gradient all-reduce (seq 13) until "
+        "its watchdog times out after 30 s, and torchrun SIGKILLs it after ignoring its SIGTERM "
+        "(the handler blocks in the recorder's dump).",
+    "collective_mismatch_detail_nccl":
+        "On NCCL, DDP starts (the gloo + DETAIL segfault does not happen): DETAIL's fingerprint "
+        "check raises 'Detected mismatch between collectives on ranks' at its sequence 18 "
+        "(_ALLGATHER_BASE, TensorShape [4096] on rank 0, [4000] on rank 1) on both ranks before "
+        "NCCL runs it; both dump the recorder (18 entries, ending before the all-gather); rank 0 "
+        "exits 1 first and torchrun SIGTERMs rank 1.",
+    "rank_sigkill_nccl":
+        "Rank 1 dies by SIGKILL at step 4; torchrun SIGTERMs rank 0, whose handler blocks in the "
+        "recorder's dump behind the gradient all-reduce (seq 13); its watchdog times out 30 s "
+        "later and torchrun SIGKILLs it before any dump is written: no nccl_trace files.",
+    "straggler_nccl":
+        "As planned: rank 1 sleeps 0.3 s per step; the profiler's NCCL kernels show rank 0 waiting "
+        "~300 ms per step for it.",
+    "fsdp_desync":
+        "gloo refuses the size mismatch at once: rank 1's all-gather of the head's 2056-element "
+        "shard receives rank 0's blocks[2] shard, gloo::EnforceNotMet 'op.preamble.length <= "
+        "op.nbytes. 131328 vs 4112' -> std::terminate -> SIGABRT (faulthandler shows rank 1's "
+        "forward at the early-exit line); rank 0 fails with 'Connection reset by peer', dumps the "
+        "flight recorder (seq 39 is its blocks[2] all-gather) and is SIGTERMed.",
+    "fsdp_desync_nccl":
+        "NCCL checks no sizes: rank 0 waits in seq 38, blocks[2]'s all-gather (65664 elements in), "
+        "while rank 1's seq 38 is the head's (2056 in); rank 1 completes it and waits in seq 39. "
+        "Both watchdogs time out after 30 s (rank 0 at SeqNum=38, rank 1 at SeqNum=39), dump the "
+        "flight recorder and abort (SIGABRT).",
+    "hang_dataloader_nccl":
+        "Rank 0's watchdog times out in the DDP gradient all-reduce (SeqNum=13, ALLREDUCE, 262144 "
+        "elements) after 30 s, dumps the flight recorder and aborts (SIGABRT); torchrun names rank 0 "
+        "the first failure -- the wrong culprit -- and SIGTERMs rank 1, which is in Queue.get under "
+        "fetch_batch (py-spy). Made before train.py dumped NCCL's own recorder on SIGTERM: rank 1's "
+        "dump is the generic recorder's, with no entries.",
+    "hang_conditional_barrier_nccl":
+        "NCCL runs rank 0's barrier (a 1-element all-reduce) against rank 1's 262144-element gradient "
+        "all-reduce: rank 0 completes seq 13 and waits in seq 14, rank 1 never completes seq 13. Both "
+        "watchdogs time out after 30 s; rank 1 aborts (SIGABRT) first and torchrun SIGTERMs rank 0.",
+    "allgather_shard_mismatch_nccl":
+        "NCCL checks no sizes: both ranks enter seq 19 (_ALLGATHER_BASE, 4096 vs 4000 elements in) "
+        "and neither completes it; both watchdogs time out after 30 s, dump the flight recorder "
+        "(sizes of both sides) and abort (SIGABRT).",
+    "dtype_mismatch_nccl":
+        "NCCL checks no dtypes: rank 1's bf16 all-reduce of 1024 elements completes against rank "
+        "0's fp32 one, which does not; rank 1 goes on to seq 20 (the next gradient all-reduce). "
+        "Both watchdogs time out after 30 s (rank 0 at SeqNum=19, rank 1 at 20); rank 0 aborts "
+        "(SIGABRT) first, torchrun SIGTERMs rank 1.",
     "rank_sigkill":
         "On gloo rank 0 does not wait for the 30 s timeout: its DDP backward all-reduce fails at "
         "once with a gloo connection error (tcp/pair.cc 'Connection reset by peer' or 'Connection "
@@ -626,8 +700,24 @@ def describe_exit(rc, killed, failures):
 # --------------------------------------------------------------------------- one scenario
 
 
-def spec_fields(name, spec):
-    """The parts of expected.json that come from the scenario's spec (not from the run)."""
+def folder_name(name, backend):
+    """A scenario run on NCCL that is planned for gloo lands beside its gloo twin as <name>_nccl."""
+    if backend == "nccl" and SCENARIOS[name].get("backend") != "nccl":
+        return f"{name}_nccl"
+    return name
+
+
+def scenario_of(folder):
+    """The scenario a sample folder holds (its name, less a variant's ``_nccl``)."""
+    return folder if folder in SCENARIOS else folder.removesuffix("_nccl")
+
+
+def spec_fields(name, spec, folder=None):
+    """The parts of expected.json that come from the scenario's spec (not from the run); a
+    variant folder's note is its own (what NCCL did is not what gloo did), and a spec's
+    ``nccl`` entry says where NCCL's outcome differs from gloo's."""
+    if folder and folder.endswith("_nccl") and "nccl" in spec:
+        spec = {**spec, **spec["nccl"]}
     planted_line, user_line = lines_for(name, spec)
     return {
         "signatures": spec["signatures"],
@@ -636,7 +726,7 @@ def spec_fields(name, spec):
         "user_line": user_line,
         "planted_line": planted_line,
         "planted": spec["planted"],
-        "note": NOTES.get(name),
+        "note": NOTES.get(folder or name),
     }
 
 
@@ -655,7 +745,11 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
     backend = spec.get("backend", backend)
     device_arg = spec.get("device", device_arg)
     nproc = spec.get("nproc", 2)
-    sdir = (out_root / name).resolve()
+    folder = folder_name(name, backend)
+    # NCCL checks no sizes or dtypes: a mismatch that gloo refuses at once hangs there
+    hangs = spec.get("hang") or (backend == "nccl" and spec.get("hangs_on_nccl"))
+    pyspy = spec.get("pyspy") or (backend == "nccl" and spec.get("hangs_on_nccl"))
+    sdir = (out_root / folder).resolve()
     if sdir.exists():
         shutil.rmtree(sdir)
     sdir.mkdir(parents=True)
@@ -696,7 +790,7 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
         "--scenario", name, "--backend", backend, "--device", device_arg,
         "--steps", str(spec["steps"]), "--out-dir", rel(sdir, cwd),
     ]
-    print(f"[generate] {name}: {' '.join(cmd)}", flush=True)
+    print(f"[generate] {folder}: {' '.join(cmd)}", flush=True)
     t0 = time.time()
     pyspy_status = None
     killed = False
@@ -712,7 +806,7 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
                 killed = True
                 proc.wait()
                 break
-            if not spec.get("hang"):
+            if not hangs:
                 continue
             text = console_path.read_text(errors="replace")
             for m in re.finditer(r"\[rank(\d+)\] host=\S+ pid=(\d+)", text):
@@ -722,7 +816,7 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
                     rf"\[rank(\d+)\] step {FAIL_STEP - 1} loss", text))
                 if len(done) >= nproc:
                     hang_seen_at = time.time()
-            elif (spec.get("pyspy") and pyspy_status is None
+            elif (pyspy and pyspy_status is None
                   and time.time() - hang_seen_at >= HANG_DUMP_AFTER_S):
                 stat = []
                 for r, pid in sorted(pids.items()):
@@ -730,7 +824,7 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
                                 .replace("; ", ", "))
                 pyspy_status = (f"py-spy dumps taken {time.time() - hang_seen_at:.0f} s after "
                                 f"step {FAIL_STEP - 1} was logged: " + "; ".join(stat))
-                print(f"[generate] {name}: {pyspy_status}", flush=True)
+                print(f"[generate] {folder}: {pyspy_status}", flush=True)
         rc = proc.returncode
     wall = time.time() - t0
 
@@ -744,11 +838,9 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
     torch_version = m.group(1) if m else None
     m = re.search(r" device=(\S+) gpu=(.+)", console_text)
     gpu = m.group(2).strip() if m and m.group(2).strip() != "none" else None
-    if spec.get("pyspy") and pyspy_status is None:
+    if pyspy and pyspy_status is None:
         pyspy_status = "no py-spy dump: the run ended before the hang reached 10 s"
 
-    regen = f"python sample_logs/generate/generate.py --only {name}"
-    regen += f" --device {device_arg}" if device_arg != "cpu" else f" --backend {backend}"
     run = {
         "backend": backend,
         "device": device_arg,
@@ -759,13 +851,20 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
         "torch": torch_version,
         "hardware": hardware(device_arg, gpu, backend, nproc),
         "wall_s": round(wall, 1),
-        "regenerate": regen,
+        "regenerate": regenerate_command(name, spec, backend, device_arg),
         "pyspy": pyspy_status,
     }
-    expected = make_expected(name, spec_fields(name, spec), run)
+    expected = make_expected(name, spec_fields(name, spec, folder), run)
     (sdir / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
-    print(f"[generate] {name}: {expected['exit']} in {wall:.0f} s", flush=True)
+    print(f"[generate] {folder}: {expected['exit']} in {wall:.0f} s", flush=True)
     return expected
+
+
+def regenerate_command(name, spec, backend, device_arg):
+    cmd = f"python sample_logs/generate/generate.py --only {name}"
+    if backend == "nccl" and "backend" not in spec:
+        cmd += " --backend nccl"
+    return cmd + (f" --device {device_arg}" if device_arg != "cpu" else f" --backend {backend}")
 
 
 def hardware(device_arg, gpu, backend, nproc):
@@ -845,6 +944,12 @@ hang), `nccl_trace_rank_<r>` (flight recorder), `torch_trace/` (TORCH_TRACE), `p
 `memory_snapshot_rank<r>.pickle` (`torch.cuda.memory._dump_snapshot` in the OOM handler, memory
 history recorded with `max_entries=300, stacks="python"`).
 
+A folder named `<scenario>_nccl` is that scenario run with `--backend nccl --device cuda` on two
+H200s, one GPU per rank (`--jobs` ran several side by side); a `replay/` folder holds what
+`postmortem replay` printed when it re-ran the sample there (`replay.txt`, `replay.json`, and
+the `--fix` run's `replay_fix.*`). Every rank dumps the flight recorder when a run completes
+(NCCL's own recorder on NCCL), so a healthy run has a sequence to replay.
+
 | scenario | planted | ran on | how it ended | root cause (culprit) | regenerate |
 | --- | --- | --- | --- | --- | --- |
 """
@@ -853,8 +958,11 @@ history recorded with `max_entries=300, stacks="python"`).
 def write_readme(out_root):
     rows = []
     order = list(SCENARIOS)
-    found = sorted(out_root.glob("*/expected.json"),
-                   key=lambda p: order.index(p.parent.name) if p.parent.name in order else 99)
+    def place(path):
+        scenario = scenario_of(path.parent.name)
+        return (order.index(scenario) if scenario in order else len(order), path.parent.name)
+
+    found = sorted(out_root.glob("*/expected.json"), key=place)
     notes = []
     for p in found:
         e = json.loads(p.read_text())
@@ -865,10 +973,10 @@ def write_readme(out_root):
         ended = e["exit"]
         if "pyspy" in e:
             ended += f". {e['pyspy']}"
-        cells = [f"`{e['scenario']}`", e["planted"], ran_on, ended, rc, f"`{e['regenerate']}`"]
+        cells = [f"`{p.parent.name}`", e["planted"], ran_on, ended, rc, f"`{e['regenerate']}`"]
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         if e.get("note"):
-            notes.append(f"- `{e['scenario']}`: {e['note']}")
+            notes.append(f"- `{p.parent.name}`: {e['note']}")
     text = README_HEAD + "\n".join(rows) + "\n"
     if notes:
         text += "\n## Notes (what really happened where it differs from the plan)\n\n"
@@ -880,21 +988,23 @@ def refresh_expected(out_root, names):
     """Rewrite the spec-derived fields of existing expected.json files (signatures, root cause,
     culprits, marker lines, planted text, note) and torchrun's failure table parsed again from
     console.log, keeping what the run did (rc, wall time, py-spy, hardware) as recorded."""
-    for n in names:
-        path = out_root / n / "expected.json"
+    for folder in [f for n in names for f in (n, f"{n}_nccl")]:
+        n = scenario_of(folder)
+        path = out_root / folder / "expected.json"
         if not path.is_file():
             continue
         old = json.loads(path.read_text())
-        run = {k: v for k, v in old.items() if k not in spec_fields(n, SCENARIOS[n])}
+        run = {k: v for k, v in old.items() if k not in spec_fields(n, SCENARIOS[n], folder)}
         run.setdefault("device", "cpu")
-        console = out_root / n / "console.log"
+        run["regenerate"] = regenerate_command(n, SCENARIOS[n], run["backend"], run["device"])
+        console = out_root / folder / "console.log"
         if console.is_file():  # torchrun's failure table, parsed again from the run's console
             run["failures"] = parse_failures(console.read_text(errors="replace"))
             run["exit"] = describe_exit(run["torchrun_rc"], run["exit"].startswith("killed"),
                                         run["failures"])
-        path.write_text(json.dumps(make_expected(n, spec_fields(n, SCENARIOS[n]), run),
+        path.write_text(json.dumps(make_expected(n, spec_fields(n, SCENARIOS[n], folder), run),
                                    indent=2) + "\n")
-        print(f"[generate] {n}: expected.json refreshed", flush=True)
+        print(f"[generate] {folder}: expected.json refreshed", flush=True)
 
 
 def main():
@@ -906,6 +1016,9 @@ def main():
     ap.add_argument("--device", default="cpu",
                     help="cpu | cuda (gloo: every rank on cuda:0; nccl: cuda:LOCAL_RANK)")
     ap.add_argument("--out", default="sample_logs", help="output directory (default: sample_logs)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="scenarios run side by side (each its own torchrun and port; GPU runs "
+                         "share the GPUs, so keep timing scenarios such as straggler alone)")
     ap.add_argument("--readme", action="store_true", help="only rewrite <out>/README.md")
     ap.add_argument("--refresh-expected", action="store_true",
                     help="only rewrite the spec-derived fields of existing expected.json files")
@@ -927,9 +1040,10 @@ def main():
         write_readme(out_root)
         return
     cwd = Path.cwd()
-    for n in names:
-        run_scenario(n, args.backend, args.device, out_root, cwd)
-        write_readme(out_root)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for _ in pool.map(lambda n: run_scenario(n, args.backend, args.device, out_root, cwd), names):
+            pass
+    write_readme(out_root)
 
 
 if __name__ == "__main__":

@@ -381,16 +381,16 @@ def build(scenario, device, local_rank):
     elif scenario == "compile_failure":
         model = ClampedMLP()
     else:
-        model = MLP(unused_head=scenario == "ddp_unused_parameters")
+        model = MLP(unused_head=scenario == "ddp_unused_parameters") if scenario != "fsdp_desync" else EarlyExitMLP()
     model = model.to(device)
-    if scenario == "healthy_fsdp":
+    if scenario in ("healthy_fsdp", "fsdp_desync"):
         from torch.distributed.fsdp import fully_shard
 
         for layer in list(model.blocks) + [model.head]:
             if isinstance(layer, nn.Linear):
                 fully_shard(layer)
         fully_shard(model)
-        cmodel = torch.compile(model, dynamic=False)
+        cmodel = torch.compile(model, dynamic=False) if scenario == "healthy_fsdp" else model
         return model, cmodel, torch.optim.AdamW(model.parameters(), lr=1e-3)
     if scenario == "compile_failure":
         # compile the model itself, with no graph breaks allowed, then wrap it in DDP
@@ -489,7 +489,7 @@ def main():
     if prof is not None:
         prof.stop()
     dist.barrier()
-    log.info("done")
+    log.info("done"); dump_flight_recorder("the run completed")  # a record a replay can re-run
     dist.destroy_process_group()
 
 
@@ -516,14 +516,14 @@ def dump_flight_recorder(reason):
             return
         import pickle
 
-        data = torch._C._distributed_c10d._dump_fr_trace()
+        data = getattr(torch._C._distributed_c10d, f"_dump_{'nccl' if dist.get_backend() == 'nccl' else 'fr'}_trace")()
         entries = pickle.loads(data).get("entries", [])
         last = entries[-1].get("collective_seq_id") if entries else None
         with open(path + ".tmp", "wb") as f:
             f.write(data)
         os.replace(path + ".tmp", path)
-        log.error("flight recorder dumped to %s (%d entries, last collective_seq_id %s): %s",
-                  path, len(entries), last, reason)
+        (log.info if reason == "the run completed" else log.error)(  # completing is no error
+            "flight recorder dumped to %s (%d entries, last collective_seq_id %s): %s", path, len(entries), last, reason)
     except Exception as e:  # a post-mortem aid must never hide the real failure
         log.error("flight recorder dump failed (%s): %r", reason, e)
     finally:
@@ -573,6 +573,24 @@ def packed_batch(x, y, step, rank):
         # PLANTED(divergent_compile): rank 1 alone feeds a 3-d (1, 64, 256) batch at step 2
         return x.unsqueeze(0), y.unsqueeze(0)
     return x, y
+
+
+class EarlyExitMLP(MLP):
+    """fsdp_desync: a forward with an early exit that skips blocks[2] (a sharded Linear) when a
+    rank's own batch looks easy. Under FSDP2 each Linear all-gathers its shard in its pre-forward
+    hook, so a rank that skips it issues one all-gather (and one reduce-scatter) fewer."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x, scale=1.0):
+        self.calls += 1
+        h = self.blocks[1](self.blocks[0](x))
+        if dist.get_rank() == 1 and self.calls == FAIL_STEP + 1:
+            # PLANTED(fsdp_desync): rank 1 alone takes the early exit at step 4, skipping blocks[2]
+            return self.head(h[:, :256]) * scale
+        return self.head(self.blocks[3](self.blocks[2](h))) * scale
 
 
 if __name__ == "__main__":
