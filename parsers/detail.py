@@ -66,6 +66,11 @@ def _rows(lines: pl.DataFrame, rank: pl.Expr, fp: pl.Expr, state: str, source: S
     ))
 
 
+def wants(text: str) -> bool:
+    """Whether a chunk of lines can hold a fingerprint (a substring test before any frame work)."""
+    return _FP in text
+
+
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     lines = own.filter(pl.col("msg").str.contains(_FP, literal=True))
     if lines.is_empty():

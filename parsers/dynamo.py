@@ -35,6 +35,7 @@ import polars as pl
 
 from postmortem.schema import frame
 
+from .lines import per_distinct
 from .runtime import is_user_frame
 from .source import Source
 
@@ -336,7 +337,9 @@ def guard_kinds(lines: list[str]) -> tuple[int, dict[str, int]]:
 # ------------------------------------------------------------------ TORCH_LOGS text lines
 
 _PREFILTER = r"_dynamo[/.]|Graph break|Recompiling function|torch\._inductor\.exc\."
-_MSG = rf"^(?:\[(?<cid>{_CID})\] )?(?:\[__(?<art>\w+)\] ?)?(?<body>.*)$"
+# "[4/1] [__recompiles] " before the body: stripped by a replace, taken apart once per distinct prefix.
+_MSG_PREFIX = rf"^(?:\[{_CID}\] )?(?:\[__\w+\] ?)?"
+_MSG_FIELDS = rf"^(?:\[(?<cid>{_CID})\] )?(?:\[__(?<art>\w+)\] ?)?"
 # PyTorch 2.1's header: "[2023-11-21 19:02:13,073] [0/1] torch._dynamo.guards.__recompiles: [DEBUG] ..."
 _OLD_HEADER = (rf"^\[(?<date>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d),(?<ms>\d{{3}})\] (?:\[(?<cid2>{_CID})\] )?"
                r"(?<logger>torch\._dynamo[\w.]*?)(?:\.__(?<art2>\w+))?: \[(?<lvl>[A-Z]+)\] ?(?<body2>.*)$")
@@ -349,11 +352,12 @@ def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
                      | pl.col("text").str.contains(_PREFILTER))
     if cand.is_empty():
         return cand
-    m = pl.col("msg").str.extract_groups(_MSG)
-    glog = cand.filter(pl.col("src").is_not_null()).with_columns(
-        m.struct.field("cid").alias("cid"), m.struct.field("art").alias("art"), m.struct.field("body").alias("body"),
-        pl.col("src").alias("emitter"),
-    )
+    msg = pl.col("msg")
+    glog = cand.filter(pl.col("src").is_not_null()).with_columns(msg.str.replace(_MSG_PREFIX, "").alias("body"))
+    glog = glog.with_columns(msg.str.head(msg.str.len_chars() - pl.col("body").str.len_chars()).alias("_prefix"))
+    m = pl.col("_prefix").str.extract_groups(_MSG_FIELDS)
+    glog = per_distinct(glog, "_prefix", m.struct.field("cid").alias("cid"), m.struct.field("art").alias("art")).select(
+        *cand.columns, "cid", "art", "body", pl.col("src").alias("emitter"))
     # Lines without a glog header: PyTorch 2.0/2.1's own header, or exception text (few).
     old = pl.col("text").str.extract_groups(_OLD_HEADER)
     field = lambda f: old.struct.field(f)  # noqa: E731
@@ -442,8 +446,8 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> list[dic
     return rows
 
 
-def _row_of_block(b: dict) -> dict | None:
-    kind, body = b["kind"], b["body"]
+def _parse_block(kind: str, body: list[str]) -> dict | None:
+    """A block's own fields and event (nothing of where it was logged), or None."""
     if kind == "recompile":
         row = parse_recompile(body)
         event = "recompile"
@@ -470,12 +474,43 @@ def _row_of_block(b: dict) -> dict | None:
         return None
     if event != "graph_break":
         row["framework"] = code_framework(row.get("code_file"), row.get("code_line"))
-    cid = b["cid"]
+    return {**row, "event": event}
+
+
+def _frame_id(cid: str | None) -> int | None:
     frame_id = re.match(r"^!?(?:\d+/)?(\d+)/\d+", cid) if cid and cid.count("/") == 2 else (
         re.match(r"^!?(\d+)/", cid) if cid else None)
-    return {**row, "event": event, "attempt": cid,
-            "frame_id": int(frame_id[1]) if frame_id else None, "rank": b["rank"], "ts": b["when"],
-            "line_no": b["line_no"], "source": "torch_logs"}
+    return int(frame_id[1]) if frame_id else None
+
+
+def _block_rows(blocks: pl.DataFrame, file: str) -> list[dict]:
+    """A row per block. A block's text is parsed once however often it repeats (a graph break
+    logged at every step, every rank's copy in a console): Python runs once per distinct block."""
+    blocks = blocks.with_columns(pl.col("body").list.join("\n").alias("_text"))  # lines hold no newline
+    distinct = blocks.unique(["kind", "_text"], keep="first", maintain_order=True).with_row_index("_d")
+    parsed = [_parse_block(kind, body) for kind, body in distinct.select("kind", "body").iter_rows()]
+    blocks = blocks.join(distinct.select("kind", "_text", "_d"), on=["kind", "_text"], how="left",
+                         maintain_order="left", nulls_equal=True)
+    frame_ids: dict[str | None, int | None] = {}
+    rows = []
+    for d, cid, rank, when, line_no in blocks.select("_d", "cid", "rank", "when", "line_no").iter_rows():
+        row = parsed[d]
+        if row is None:
+            continue
+        if cid not in frame_ids:
+            frame_ids[cid] = _frame_id(cid)
+        rows.append({**row, "attempt": cid, "frame_id": frame_ids[cid], "rank": rank, "ts": when,
+                     "line_no": line_no, "source": "torch_logs", "file": file})
+    return rows
+
+
+# Every line _dynamo_lines and _exceptions look at holds one of these.
+_MARKERS = ("_dynamo/", "_dynamo.", "Graph break", "Recompiling function", "torch._inductor.exc.")
+
+
+def wants(text: str) -> bool:
+    """Whether a chunk of lines can hold a compile record (substring tests before any frame work)."""
+    return any(marker in text for marker in _MARKERS)
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
@@ -486,11 +521,7 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator
     rows: list[dict] = []
     dyn = _dynamo_lines(df)
     if not dyn.is_empty():
-        blocks = _blocks(dyn).filter(pl.col("row") <= last_own_row)
-        for b in blocks.to_dicts():
-            row = _row_of_block(b)
-            if row is not None:
-                rows.append({**row, "file": source.name})
+        rows += _block_rows(_blocks(dyn).filter(pl.col("row") <= last_own_row), source.name)
     rows += _exceptions(df, own, source)
     if rows:
         yield "compiles", frame("compiles", rows)

@@ -41,6 +41,7 @@ _PREFIX = r"^(?:\[(?<w1>[A-Za-z_]+)(?<n1>\d+)\]:)?(?:\[(?<w2>[A-Za-z_]+)(?<n2>\d
 class LineChunk:
     frame: pl.DataFrame
     own: int  # rows [0, own) belong to this chunk, the rest is lookahead
+    text: str = ""  # the decoded text of rows [0, own): for a parser's substring test before any frame work
 
     @property
     def own_frame(self) -> pl.DataFrame:
@@ -55,24 +56,43 @@ def open_binary(path: Path) -> io.BufferedIOBase:
     return fh
 
 
+def per_distinct(df: pl.DataFrame, key: str, *exprs: pl.Expr) -> pl.DataFrame:
+    """``df`` with ``exprs`` (over its column ``key``) added, computed once per distinct value of
+    ``key`` and joined back: capture groups cost about a microsecond a line, and the fields they
+    take apart (a line's rank prefix, a compile id) repeat over thousands of lines."""
+    values = df.select(pl.col(key).unique()).with_columns(*exprs)
+    return df.join(values, on=key, how="left", maintain_order="left", nulls_equal=True)
+
+
+_PREFIXES = r"^(?:\[[A-Za-z_]+\d+\]:){1,2}"
+
+
 def split_lines(text: str, first_line_no: int) -> pl.DataFrame:
+    """The lines of ``text`` (which holds no partial line but perhaps the last) as a frame.
+
+    The prefixes are stripped with one regex replace (a DFA scan: no capture groups per line);
+    the rank and tee flag are parsed once per distinct prefix (a log has a handful) and joined.
+    """
     raw = pl.Series("raw", [text]).str.split("\n").explode()
-    df = pl.DataFrame({"raw": raw}).with_columns(
-        pl.int_range(first_line_no, first_line_no + pl.len(), dtype=pl.Int64).alias("line_no")
+    df = pl.DataFrame({"raw": raw}).with_columns(pl.col("raw").str.replace(_PREFIXES, "").alias("text"))
+    df = df.with_columns(
+        pl.col("raw").str.head(pl.col("raw").str.len_chars() - pl.col("text").str.len_chars()).alias("prefix")
     )
-    parts = pl.col("raw").str.extract_groups(_PREFIX)
+    parts = pl.col("prefix").str.extract_groups(_PREFIX)
     n1 = parts.struct.field("n1").cast(pl.Int32, strict=False)
     n2 = parts.struct.field("n2").cast(pl.Int32, strict=False)
     w1 = parts.struct.field("w1")
+    df = per_distinct(df, "prefix", pl.coalesce(n2, n1).alias("rank"), (w1.is_not_null() & (w1 != "rank")).alias("tee"))
+    text_col = pl.col("text")
+    if "\r" in text:
+        text_col = text_col.str.strip_suffix("\r")
+    if len(text) > MAX_LINE_CHARS:
+        text_col = text_col.str.slice(0, MAX_LINE_CHARS)
     return df.select(
-        "line_no",
-        pl.coalesce(n2, n1).alias("rank"),
-        (w1.is_not_null() & (w1 != "rank")).alias("tee"),
-        pl.col("raw")
-        .str.replace(r"^(?:\[[A-Za-z_]+\d+\]:){1,2}", "")
-        .str.strip_suffix("\r")
-        .str.slice(0, MAX_LINE_CHARS)
-        .alias("text"),
+        pl.int_range(first_line_no, first_line_no + pl.len(), dtype=pl.Int64).alias("line_no"),
+        "rank",
+        "tee",
+        text_col.alias("text"),
     )
 
 
@@ -93,34 +113,53 @@ def read_blocks(fh: io.BufferedIOBase, size: int) -> Iterator[bytes]:
         yield bytes(block)
 
 
+def newline_blocks(fh: io.BufferedIOBase, size: int) -> Iterator[tuple[bytes, bool]]:
+    """(block, cut_off) pairs: blocks of about ``size`` bytes, each cut after its last newline
+    (the newline dropped), the rest carried into the next; the last block may end without one.
+
+    When a gzip stream ends early the bytes read before the break come last, flagged
+    ``cut_off`` (empty when the break fell on a newline), and nothing is raised: the caller
+    decides what a broken stream means.
+    """
+    rest = b""
+    try:
+        for block in read_blocks(fh, size):
+            data = rest + block if rest else block
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
+                continue
+            rest = data[cut + 1 :]
+            yield data[:cut], False
+    except EOFError:
+        yield rest, True
+        return
+    if rest:
+        yield rest, False
+
+
 def _decoded_chunks(path: Path, chunk_bytes: int) -> Iterator[str]:
-    """Decoded text pieces that each end on a newline (the last may not)."""
+    """Decoded text pieces that each end on a newline (the last may not). A gzip stream that
+    ends early yields what was read before the break, then raises EOFError."""
     with open_binary(path) as fh:
-        rest = b""
-        try:
-            for block in read_blocks(fh, chunk_bytes):
-                data = rest + block
-                cut = data.rfind(b"\n")
-                if cut < 0:
-                    rest = data
-                    continue
-                rest = data[cut + 1 :]
-                yield data[:cut].decode("utf-8", errors="replace")
-        finally:
-            # Even when the stream broke off, what was read before the break is parsed.
-            if rest:
-                yield rest.decode("utf-8", errors="replace")
+        for data, cut_off in newline_blocks(fh, chunk_bytes):
+            if data or not cut_off:
+                yield data.decode("utf-8", errors="replace")
+            if cut_off:
+                raise EOFError("the gzip stream ends early (file cut while being written)")
 
 
 def read_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[LineChunk]:
     """Yield the file's lines chunk by chunk, each with a lookahead into the next."""
-    pending: pl.DataFrame | None = None
+    pending: tuple[pl.DataFrame, str] | None = None
     next_line = 1
     for text in _decoded_chunks(path, chunk_bytes):
         current = split_lines(text, next_line)
         next_line += current.height
         if pending is not None:
-            yield LineChunk(pl.concat([pending, current.head(LOOKAHEAD)]), pending.height)
-        pending = current
+            frame, own_text = pending
+            yield LineChunk(pl.concat([frame, current.head(LOOKAHEAD)]), frame.height, own_text)
+        pending = current, text
     if pending is not None:
-        yield LineChunk(pending, pending.height)
+        frame, own_text = pending
+        yield LineChunk(frame, frame.height, own_text)

@@ -200,6 +200,15 @@ def _summaries(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[
     yield "events", frame("events", events)
 
 
+# "mem" in any case (the prefilter's (?i)mem; the OOM and summary lines hold "memory"), and "MA ".
+_MARKERS = ("MA ", *{"".join(c) for c in ((m, e, m2) for m in "mM" for e in "eE" for m2 in "mM")})
+
+
+def wants(text: str) -> bool:
+    """Whether a chunk of lines can hold a memory figure (substring tests before any frame work)."""
+    return any(marker in text for marker in _MARKERS)
+
+
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     """Memory samples in one chunk of lines; ``df`` adds lookahead rows to ``own``."""
     yield "memory", _series_rows(own, source)

@@ -208,7 +208,7 @@ def _coll_rows(lines: pl.DataFrame, source: Source) -> pl.DataFrame:
 
 
 def _pg_init_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
-    found = own.filter(pl.col("msg").str.contains("initialization options: size:", literal=True)).with_columns(
+    found = own.filter(pl.col("msg").str.contains(_PG_INIT_MARKER, literal=True)).with_columns(
         pl.col("msg").str.extract_groups(_PG_INIT).alias("g")
     ).unnest("g").filter(pl.col("size").is_not_null())
     return conform("events", found.select(
@@ -372,6 +372,14 @@ def _failed_collective_stacks(df: pl.DataFrame, own: pl.DataFrame, source: Sourc
         pl.lit(source.name).alias("origin"),
         pl.col("_head").alias("origin_line"),
     ))
+
+
+_PG_INIT_MARKER = "initialization options: size:"
+
+
+def wants(text: str) -> bool:
+    """Whether a chunk of lines can hold a record of this module (substring tests before any frame work)."""
+    return any(marker in text for marker in (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS))
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:

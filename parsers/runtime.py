@@ -170,9 +170,9 @@ def _log_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
         .cast(pl.Int32).alias("rank")
     )
     last = (
+        # own is in line order: the last row of each rank is its last line
         own.filter(pl.col("ts").is_not_null() & pl.col("rank").is_not_null())
-        .group_by("rank")
-        .agg(pl.all().sort_by("line_no").last())
+        .unique(subset="rank", keep="last", maintain_order=True)
         .select("rank", "ts", "line_no", "level", pl.col("src").alias("source"),
                 pl.lit("last_line").alias("kind"), pl.col("msg").str.slice(0, MAX_MESSAGE).alias("message"), "pid")
     )

@@ -31,11 +31,13 @@ from .source import Source
 KIND = "text_log"
 LINE_PARSERS = (runtime, nccl, detail, dynamo, memory)
 
-_GLOG = (
-    r"^\[?(?<level>[IWEFCVD])(?<mon>\d\d)(?<day>\d\d) (?<hms>\d\d:\d\d:\d\d)\.(?<frac>\d{1,9})"
-    r"(?: +(?<pid>\d+))? +(?<src>[^\s\]]+:\d+)\] ?(?<msg>.*)$"
-)
+# The glog / c10 header, matched without capture groups (a DFA scan): where it ends is where
+# the message starts, and its fields sit at fixed offsets or between its spaces. Its
+# ``[IWEFCVD]`` level letter is column 0 once an opening ``[`` is dropped.
+#   [level][mm][dd] [hh:mm:ss].[frac] +[pid +]src:line] msg
+_GLOG_HEAD = r"^\[?[IWEFCVD]\d{4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d+)? +[^\s\]]+:\d+\] ?"
 _ASCTIME = r"^(?<date>\d{4}-\d\d-\d\d)[ T_](?<hms>\d\d:\d\d:\d\d)(?:[,.](?<frac>\d{1,6}))?\s*(?<msg>.*)$"
+_ASCTIME_START = r"^\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d"
 _ASCTIME_LEVEL = r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL|FATAL)\b"
 
 
@@ -52,43 +54,60 @@ def sniff(head: bytes, name: str) -> bool:
 
 def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     """Add level, ts, pid, src and msg parsed from each line's log header."""
-    glog = pl.col("text").str.extract_groups(_GLOG)
-    asc = pl.col("text").str.extract_groups(_ASCTIME)
-    g = lambda f: glog.struct.field(f)  # noqa: E731
-    a = lambda f: asc.struct.field(f)  # noqa: E731
+    text = pl.col("text")
+    df = df.with_columns(text.str.replace(_GLOG_HEAD, "").alias("_gmsg"))
+    head_len = text.str.len_chars() - pl.col("_gmsg").str.len_chars()
+    df = df.with_columns(pl.when(head_len > 0).then(text.str.head(head_len)).str.strip_prefix("[").alias("_head"))
+    head = pl.col("_head")
+    # "672765297 ProcessGroupNCCL.cpp:689] " -> the fraction, then "[pid +]src:line"
+    frac_where = head.str.slice(15).str.splitn(" ", 2)
+    df = df.with_columns(
+        frac_where.struct.field("field_0").alias("_frac"),
+        frac_where.struct.field("field_1").str.strip_chars_start(" ").str.strip_suffix(" ").str.strip_suffix("]")
+        .str.splitn(" ", 2).alias("_where"),
+    )
+    first, second = pl.col("_where").struct.field("field_0"), pl.col("_where").struct.field("field_1")
     glog_ts = pl.format(
-        "{}-{}-{} {}.{}", pl.lit(str(year)), g("mon"), g("day"), g("hms"), g("frac").str.slice(0, 6)
+        "{}-{}-{} {}.{}", pl.lit(str(year)), head.str.slice(1, 2), head.str.slice(3, 2), head.str.slice(6, 8),
+        pl.col("_frac").str.slice(0, 6),
     ).str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
+    # Python logging's asctime: the capturing regex runs only on lines that start with a date.
+    asc = pl.when(head.is_null() & text.str.contains(_ASCTIME_START)).then(text).str.extract_groups(_ASCTIME)
+    a = lambda f: asc.struct.field(f)  # noqa: E731
     asc_ts = pl.format("{} {}.{}", a("date"), a("hms"), a("frac").fill_null("0")).str.to_datetime(
         "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"
     )
     asc_level = a("msg").str.extract(_ASCTIME_LEVEL, 1).str.slice(0, 1)
     return df.with_columns(
-        pl.coalesce(g("level"), asc_level).alias("level"),
+        pl.coalesce(head.str.slice(0, 1), asc_level).alias("level"),
         pl.coalesce(glog_ts, asc_ts).alias("ts"),
-        g("pid").cast(pl.Int32, strict=False).alias("pid"),
-        g("src").alias("src"),
-        pl.coalesce(g("msg"), a("msg"), pl.col("text")).alias("msg"),
-    )
+        pl.when(second.is_not_null()).then(first).cast(pl.Int32, strict=False).alias("pid"),
+        pl.coalesce(second.str.strip_chars_start(" "), first).alias("src"),
+        pl.when(head.is_not_null()).then(pl.col("_gmsg")).otherwise(pl.coalesce(a("msg"), text)).alias("msg"),
+    ).drop("_gmsg", "_head", "_frac", "_where")
 
 
 def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     last_ts = None
     skip = list(source.tee_ranks_elsewhere)
     for chunk in read_line_chunks(source.path):
+        # A line parser that declares ``wants(text)`` is skipped for a chunk none of whose
+        # lines can be its (a substring test on the decoded text: no frame work at all).
+        parsers = [p for p in LINE_PARSERS if not hasattr(p, "wants") or p.wants(chunk.text)]
         df = chunk.frame.with_row_index("row")
         if skip:
             df = df.filter(~(pl.col("tee") & pl.col("rank").is_in(skip)))
         df = with_headers(df.with_row_index("pos"), source.year)
-        if source.rank is not None:
+        if source.rank is not None and df["rank"].null_count():
             df = df.with_columns(pl.col("rank").fill_null(source.rank))
         ts_ff = pl.col("ts").forward_fill()
         if last_ts is not None:
             ts_ff = ts_ff.fill_null(pl.lit(last_ts, dtype=pl.Datetime("us")))
         df = df.with_columns(ts_ff.alias("ts_ff"), pl.col("ts").backward_fill().alias("ts_bf"))
-        own = df.filter(pl.col("row") < chunk.own)
+        # Rows [0, own) of the chunk come first: its own lines are a zero-copy head of the frame.
+        own = df if chunk.own == chunk.frame.height else df.head(int((df["row"] < chunk.own).sum()))
         if own.height:
             last_ts = own["ts_ff"][-1]
             source.lines = int(own["line_no"][-1])
-        for parser in LINE_PARSERS:
+        for parser in parsers:
             yield from parser.parse_lines(df, own, source)

@@ -46,7 +46,7 @@ import polars as pl
 from postmortem.schema import frame
 
 from . import dynamo
-from .lines import open_binary, read_blocks
+from .lines import newline_blocks, open_binary
 from .source import Source
 
 KIND = "torch_trace"
@@ -96,30 +96,16 @@ def sniff(head: bytes, name: str) -> bool:
 
 
 def _pieces(source: Source) -> Iterator[tuple[pl.DataFrame, bool]]:
-    """(frame of lines with line_no, whether the stream ended early) per decoded block."""
+    """(frame of lines with line_no, whether the stream ended early) per block of lines."""
     next_line = 1
-    rest = b""
     with open_binary(source.path) as fh:
-        try:
-            for block in read_blocks(fh, CHUNK_BYTES):
-                data = rest + block
-                cut = data.rfind(b"\n")
-                if cut < 0:
-                    rest = data
-                    continue
-                rest = data[cut + 1:]
-                df = _split(data[:cut], next_line)
-                next_line += df.height
-                yield df, False
-        except EOFError:
-            if rest:
-                yield _split(rest, next_line), True
-                rest = b""
-            else:
-                yield pl.DataFrame(schema={"line_no": pl.Int64, "text": pl.String}), True
-            return
-    if rest:
-        yield _split(rest, next_line), False
+        for data, cut_off in newline_blocks(fh, CHUNK_BYTES):
+            if cut_off and not data:
+                yield pl.DataFrame(schema={"line_no": pl.Int64, "text": pl.String}), cut_off
+                continue
+            df = _split(data, next_line)
+            next_line += df.height
+            yield df, cut_off
 
 
 def _split(data: bytes, first_line_no: int) -> pl.DataFrame:

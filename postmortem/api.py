@@ -61,6 +61,11 @@ def _parse_file(out: store.Batcher | _Collected, source: Source) -> dict:
 
 
 PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs more than it saves
+PARALLEL_MIN_FILES = 512  # ... unless there are this many files: each costs a few ms however small
+# Files smaller than this travel to a worker in batches: a task's round trip (pickling the
+# sources and the frames, the result's wake-up) costs milliseconds, as much as parsing a small log.
+BATCH_BYTES = 4 << 20
+BATCH_FILES = 256
 
 
 class _Collected:
@@ -74,10 +79,29 @@ class _Collected:
             self.frames.setdefault(table, []).append(df)
 
 
-def _parse_in_worker(source: Source) -> tuple[dict, dict[str, pl.DataFrame]]:
+def _parse_in_worker(sources: list[Source]) -> tuple[list[dict], dict[str, pl.DataFrame]]:
     collected = _Collected()
-    row = _parse_file(collected, source)
-    return row, {t: pl.concat(fs, how="vertical_relaxed") for t, fs in collected.frames.items()}
+    rows = [_parse_file(collected, source) for source in sources]
+    return rows, {t: pl.concat(fs, how="vertical_relaxed") for t, fs in collected.frames.items()}
+
+
+def _tasks(sources: list[Source]) -> list[list[Source]]:
+    """Largest files first, one a task; then the small ones in batches."""
+    tasks: list[list[Source]] = []
+    batch: list[Source] = []
+    batch_bytes = 0
+    for source in sorted(sources, key=lambda s: -s.bytes):
+        if source.bytes >= BATCH_BYTES:
+            tasks.append([source])
+            continue
+        batch.append(source)
+        batch_bytes += source.bytes
+        if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+            tasks.append(batch)
+            batch, batch_bytes = [], 0
+    if batch:
+        tasks.append(batch)
+    return tasks
 
 
 def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progress | None) -> list[dict]:
@@ -87,7 +111,7 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
     done_files = done_bytes = 0
     rows = []
     workers = min(os.cpu_count() or 1, len(sources))
-    if total_bytes < PARALLEL_MIN_BYTES or workers < 2:
+    if (total_bytes < PARALLEL_MIN_BYTES and total_files < PARALLEL_MIN_FILES) or workers < 2:
         for source in sources:
             if progress:
                 progress(done_files, done_bytes, total_files, total_bytes, source.name)
@@ -97,17 +121,17 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
         return rows
     # Spawned, not forked: a fork would copy Polars' and DuckDB's thread pools mid-use.
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_parse_in_worker, s): s for s in sorted(sources, key=lambda s: -s.bytes)}
+        futures = {pool.submit(_parse_in_worker, task): task for task in _tasks(sources)}
         for future in as_completed(futures):
-            source = futures[future]
-            row, frames = future.result()
+            task = futures[future]
+            task_rows, frames = future.result()
             for table, frame in frames.items():
                 out.add(table, frame)
-            rows.append(row)
-            done_files += 1
-            done_bytes += source.bytes
+            rows += task_rows
+            done_files += len(task)
+            done_bytes += sum(s.bytes for s in task)
             if progress:
-                progress(done_files, done_bytes, total_files, total_bytes, source.name)
+                progress(done_files, done_bytes, total_files, total_bytes, task[-1].name)
     return rows
 
 
