@@ -391,6 +391,76 @@ def replay(
     raise typer.Exit(0 if result["reproduced"] != fix else 1)
 
 
+@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+def rerun(
+    command: Optional[list[str]] = typer.Argument(
+        None, help="The job's command, after -- (default: the one the --against run recorded)."),
+    against: Optional[str] = typer.Option(None, "--against", help="A run to compare the findings with."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds the job may run; then py-spy dumps every rank, "
+                                  "and SIGTERM, SIGKILL after --grace."),
+    grace: float = typer.Option(10.0, "--grace", help="Seconds between the timeout and SIGKILL."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Where the job's logs go (default: a new "
+                                           "./postmortem-rerun-<time>/)."),
+    profile: bool = typer.Option(False, "--profile", help="Record a torch.profiler window of a few optimizer steps."),
+    detail: bool = typer.Option(False, "--detail", help="Also TORCH_DISTRIBUTED_DEBUG=DETAIL (slower collectives)."),
+    fmt: str = typer.Option("rich", "--format", "-f", help="rich, text or json."),
+    fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 if a finding of the rerun is at least this severe."),
+    quiet: bool = QuietOption,
+    db: Optional[Path] = DbOption,
+) -> None:
+    """Run your job again with every instrument on, analyze it as a new run, and diff its findings.
+
+    Turns on TORCH_LOGS, TORCH_TRACE, the flight recorder (dump on timeout), NCCL_DEBUG,
+    faulthandler and torchrun's per-rank log files; the console is kept in the output directory.
+
+    Example:  postmortem rerun --timeout 300 -- torchrun --nproc-per-node 2 train.py --steps 20
+
+    Example:  postmortem rerun --against 20261129-1333    (the command that run recorded)
+    """
+    _check_format(fmt, ("rich", "text", "json"))
+    from .replay import rerun as reruns
+
+    stream = sys.stderr if fmt == "json" else sys.stdout  # stdout stays one JSON document
+
+    def echo(chunk: bytes) -> None:
+        if hasattr(stream, "buffer"):
+            stream.buffer.write(chunk)
+        else:
+            stream.write(chunk.decode(errors="replace"))
+        stream.flush()
+
+    def started(argv: list[str], where: Path) -> None:
+        err.print(Text(f"postmortem rerun: {' '.join(argv)}  (logs in {where}, timeout {timeout:g} s)", style="dim"),
+                  soft_wrap=True)
+
+    try:
+        result = reruns.rerun(command, db=db, against=against, out=out_dir, timeout_s=timeout, grace_s=grace,
+                              profile=profile, detail=detail, fail_on=fail_on, echo=None if quiet else echo,
+                              before_start=started)
+    except PostmortemError as exc:
+        _fail(exc)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(result, indent=1, default=str) + "\n")
+    else:
+        out.print(Text(reruns.describe(result), style="bold"), soft_wrap=True)
+        for note in result["notes"]:
+            out.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
+        if result["pyspy"]:
+            out.print(Text(f"py-spy: {', '.join(result['pyspy'])}", style="dim"))
+        if result["diff"] is None:
+            _emit(result["report"], fmt)
+        else:
+            rows = [{"signature": r["signature"], "found in": r["in"],
+                     "original": "" if r["original_ranks"] is None else f"{r['original_role']} "
+                     f"ranks [{engine.rank_ranges(r['original_ranks'])}]",
+                     "rerun": "" if r["rerun_ranks"] is None else f"{r['rerun_role']} "
+                     f"ranks [{engine.rank_ranges(r['rerun_ranks'])}]"}
+                    for key in ("both", "only_original", "only_rerun") for r in result["diff"][key]]
+            out.print(_table(rows, f"findings: {result['run_id']} (rerun) against {result['against']}")
+                      if rows else Text("neither run has findings"))
+    raise typer.Exit(api.exit_status([f["severity"] for f in result["report"]["findings"]], fail_on))
+
+
 @app.command(name="eval")
 def evaluate(
     directories: list[Path] = typer.Argument(..., help="Scenario folders with expected.json, or folders of them."),
