@@ -104,24 +104,24 @@ def _steps(annotations) -> dict[int, dict[str, int]]:
     return steps
 
 
+_EFFECTS = {"alloc": (1, 0), "free_completed": (-1, 0), "segment_alloc": (0, 1), "segment_free": (0, -1)}
+
+
+def _effect(action: dict) -> tuple[int, int]:
+    """(change in allocated bytes, change in reserved bytes) of one trace action."""
+    sign_alloc, sign_res = _EFFECTS.get(action.get("action"), (0, 0))
+    size = int(action.get("size") or 0)
+    return sign_alloc * size, sign_res * size
+
+
 def _replay(trace: list, allocated_end: int, reserved_end: int, steps: dict, device: int,
             source: Source, rank) -> list[dict]:
     """Allocated/reserved after each step (or each tenth of the trace), replayed from the actions."""
     actions = [a for a in trace if isinstance(a, dict) and isinstance(a.get("time_us"), (int, float))]
     if not actions:
         return []
-    net_alloc = net_res = 0
-    for a in actions:
-        size = int(a.get("size") or 0)
-        act = a.get("action")
-        if act == "alloc":
-            net_alloc += size
-        elif act == "free_completed":
-            net_alloc -= size
-        elif act == "segment_alloc":
-            net_res += size
-        elif act == "segment_free":
-            net_res -= size
+    net_alloc = sum(_effect(a)[0] for a in actions)
+    net_res = sum(_effect(a)[1] for a in actions)
     # What was live before the trace began: the dump's totals less the trace's net change.
     alloc, res = allocated_end - net_alloc, reserved_end - net_res
     ends = sorted((v["END"], n) for n, v in steps.items() if "END" in v)
@@ -133,16 +133,8 @@ def _replay(trace: list, allocated_end: int, reserved_end: int, steps: dict, dev
         while i < len(ends) and a["time_us"] > ends[i][0]:
             rows.append({"ts": _ts(ends[i][0]), "step": ends[i][1], "allocated": alloc, "reserved": res})
             i += 1
-        size = int(a.get("size") or 0)
-        act = a.get("action")
-        if act == "alloc":
-            alloc += size
-        elif act == "free_completed":
-            alloc -= size
-        elif act == "segment_alloc":
-            res += size
-        elif act == "segment_free":
-            res -= size
+        d_alloc, d_res = _effect(a)
+        alloc, res = alloc + d_alloc, res + d_res
     for end, step in ends[i:]:
         if end <= actions[-1]["time_us"]:
             rows.append({"ts": _ts(end), "step": step, "allocated": alloc, "reserved": res})
