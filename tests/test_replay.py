@@ -142,3 +142,17 @@ def test_committed_gpu_replays_agree_with_the_analysis_of_their_sample(name, his
     else:
         assert seen["divergence"] == analysis_seq
     assert all(r["finished"] for r in fixed["ranks"].values())
+
+
+@pytest.mark.parametrize("name", ["rank_frozen", "rank_sigkill", "fsdp_desync"])
+def test_a_rank_that_left_no_record_is_replayed_up_to_where_its_peers_were_left_waiting(name, history):
+    # SIGSTOP, SIGKILL, gloo's abort: no dump. The rank joined what its peers completed and
+    # never the collective they waited in, which is where the replay hangs.
+    report = api.analyze(sample_dir(name), db=history)
+    seen = replay(report["run_id"], history, backend="gloo", timeout_s=15)
+    assert seen["reproduced"] and seen["kind"] == "missing"
+    assert seen["culprit_ranks"] == report["verdict"]["culprit_ranks"]
+    assert f"hung at seq {seen['divergence']} waiting for rank(s) {seen['culprit_ranks'][0]}" in seen["summary"]
+    assert any("replayed as issuing what rank" in note for note in seen["notes"])
+    fixed = replay(report["run_id"], history, backend="gloo", timeout_s=20, fix=True)
+    assert not fixed["reproduced"] and all(r["finished"] for r in fixed["ranks"].values())

@@ -16,6 +16,7 @@ import duckdb
 
 from postmortem.checks.collective_alignment import call_sites, op_family
 from postmortem.checks.common import NOT_USER_SQL
+from postmortem.engine import rank_ranges
 
 SOURCE_ORDER = ["flight_recorder", "nccl_log", "watchdog", "detail", "profiler"]
 WINDOW = 8  # replay this many collectives before the divergence: enough to line the ranks up
@@ -196,14 +197,20 @@ def plan(con: duckdb.DuckDBPyConnection, run_id: str, world_size: int | None = N
         divergence = last_seq if last_seq >= first_seq else None
     start = max(first_seq, (divergence or last_seq) - WINDOW)
     sequences = {r: [o for o in ops if o.seq >= start] for r, ops in by_rank.items()}
-    if len(by_rank) < world:
-        absent = sorted(set(range(world)) - set(by_rank))
-        notes.append(f"no collective records for rank(s) {absent}: replayed as if they issued nothing")
+    absent = sorted(set(range(world)) - set(by_rank))
+    if absent and kind == "stuck":
+        # The ranks with a record agree and all wait in their last collective; a rank that left
+        # none (killed, frozen, aborted before dumping) joined what they completed, not that.
+        peer = min(by_rank)
+        for r in absent:
+            sequences[r] = [replace(o, source="stand-in") for o in sequences[peer] if o.seq < last_seq]
+        kind, culprits, divergence = "missing", absent, last_seq
+        notes.append(f"no collective records for rank(s) {rank_ranges(absent)}: replayed as issuing what rank {peer} "
+                     f"issued before seq {last_seq}, the collective the recorded ranks were left waiting in")
+    elif absent:
+        notes.append(f"no collective records for rank(s) {rank_ranges(absent)}: replayed as if they issued nothing")
         for r in absent:
             sequences[r] = []
-        if kind == "stuck":
-            kind, culprits, divergence = "missing", absent, min((o.seq for ops in sequences.values() for o in ops
-                                                                 if o.seq >= start), default=None)
     return Plan(world_size=world, sequences=sequences, pg=pg, first_seq=start, divergence=divergence,
                 culprits=culprits, kind=kind, notes=notes)
 
