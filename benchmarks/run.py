@@ -19,6 +19,7 @@ wrong answer shows.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -30,19 +31,23 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import kineto_bench  # noqa: E402
 import synth  # noqa: E402
 
 
 def timed(cmd: list[str], cwd: Path | None = None, stdout=subprocess.DEVNULL) -> dict:
-    """Run cmd; wall seconds, CPU seconds and peak RSS (MiB) of the process and its children."""
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.monotonic() - started
-    err = proc.stderr.read() if proc.stderr else ""
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    """Run cmd; wall seconds, CPU seconds and peak RSS (MiB) of the process and its children.
+    Its stderr goes to a file (a pipe nobody reads while it runs would block a chatty tool)."""
+    with tempfile.TemporaryFile() as errors:
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=stdout, stderr=errors)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - started
+        errors.seek(0)
+        err = errors.read().decode(errors="replace")
     return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "rc": proc.returncode, "stderr": err[-500:]}
+            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "rc": os.waitstatus_to_exitcode(status),
+            "stderr": err[-500:]}
 
 
 def input_bytes(job: Path) -> dict[str, int]:
@@ -53,6 +58,30 @@ def input_bytes(job: Path) -> dict[str, int]:
     for s in found.sources:
         sizes[s.kind] = sizes.get(s.kind, 0) + s.bytes
     return sizes
+
+
+def side_by_side(row: dict, tool: str, inputs: list[Path], command, decompress: bool = False,
+                 grow_mb: int = 0) -> None:
+    """Time ``tool`` and ``postmortem analyze`` on the same files: ``inputs`` gathered into one
+    folder (symlinks, decompressed copies for a tool that reads plain files only, or Kineto
+    traces grown to ``grow_mb`` MB each by repeating their events)."""
+    folder, out = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
+    for i, p in enumerate(inputs):
+        name = f"{i}.{p.name}" if tool == "hta_load" else p.name  # HTA wants one file per rank, any name
+        if grow_mb:
+            kineto_bench.build(p, folder / name.removesuffix(".gz"), grow_mb)
+        elif decompress and p.suffix == ".gz":
+            with gzip.open(p, "rb") as src, open(folder / name.removesuffix(".gz"), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        else:
+            os.symlink(p.resolve(), folder / name)
+    size = sum(f.stat().st_size for f in folder.iterdir())
+    row["tools"][tool] = {**timed(command(folder, out)), "bytes": size}
+    row["tools"][f"postmortem on {tool}'s input"] = {
+        **timed([sys.executable, "-m", "postmortem", "analyze", str(folder), "--no-history", "-q", "-f", "json"]),
+        "bytes": size}
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
 
 
 def bench_one(job: Path, args) -> dict:
@@ -73,30 +102,21 @@ def bench_one(job: Path, args) -> dict:
         row["verdict"] = {"signature": report["verdict"]["signature"], "culprit_ranks": report["verdict"]["culprit_ranks"]}
     except ValueError:
         row["verdict"] = None
-    traces = [p for p in job.rglob("*torch_trace*") if p.is_file()] + list(job.rglob("dedicated_log_torch_trace*"))
+    traces = sorted({p for p in job.rglob("*torch_trace*") if p.is_file()} | set(job.rglob("dedicated_log_torch_trace*")))
     if args.tlparse and traces:
-        out_dir = Path(tempfile.mkdtemp())
-        trace_dir = traces[0].parent
-        row["tools"]["tlparse"] = timed([args.tlparse, str(trace_dir), "--all-ranks-html", "-o", str(out_dir),
-                                         "--overwrite", "--no-browser"])
-        row["tools"]["tlparse"]["bytes"] = sum(p.stat().st_size for p in trace_dir.iterdir() if p.is_file())
-        shutil.rmtree(out_dir, ignore_errors=True)
+        # tlparse reads plain files: both tools get the same decompressed copies
+        side_by_side(row, "tlparse", traces, lambda d, out: [args.tlparse, str(d), "--all-ranks-html", "-o", str(out),
+                                                              "--overwrite", "--no-browser"], decompress=True)
     kineto = sorted(job.rglob("*.pt.trace.json*"))
     if args.hta_python and kineto:
-        trace_dir = Path(tempfile.mkdtemp())
-        for i, p in enumerate(kineto):
-            os.symlink(p, trace_dir / f"rank{i}.{p.name}")
         code = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])"
-        row["tools"]["hta_load"] = timed([args.hta_python, "-c", code, str(trace_dir)])
-        row["tools"]["hta_load"]["bytes"] = sum(p.stat().st_size for p in kineto)
+        side_by_side(row, "hta_load", kineto[:args.kineto_ranks or None], lambda d, out: [args.hta_python, "-c", code,
+                                                                                           str(d)],
+                     grow_mb=args.kineto_mb)
     dumps = sorted(job.rglob("nccl_trace_rank_*"))
     if args.torch_python and dumps:
-        dump_dir = Path(tempfile.mkdtemp())
-        for p in dumps:
-            os.symlink(p, dump_dir / p.name)
-        row["tools"]["torchfrtrace"] = timed([args.torch_python, "-m", "torch.distributed.flight_recorder.fr_trace",
-                                              str(dump_dir), "-p", "nccl_trace_rank_"])
-        row["tools"]["torchfrtrace"]["bytes"] = sum(p.stat().st_size for p in dumps)
+        side_by_side(row, "torchfrtrace", dumps, lambda d, out: [
+            args.torch_python, "-m", "torch.distributed.flight_recorder.fr_trace", str(d), "-p", "nccl_trace_rank_"])
     return row
 
 
@@ -111,6 +131,10 @@ def main() -> None:
     parser.add_argument("--hta-python", default=None, help="a python that has HolisticTraceAnalysis")
     parser.add_argument("--torch-python", default=None, help="a python that has torch (for torchfrtrace)")
     parser.add_argument("--keep", action="store_true", help="keep the synthesized jobs")
+    parser.add_argument("--kineto-mb", type=int, default=0,
+                        help="HTA side by side: grow each rank's Kineto trace to this many MB (repeated events)")
+    parser.add_argument("--kineto-ranks", type=int, default=0,
+                        help="HTA side by side: only this many ranks' traces (HTA holds them all in memory)")
     args = parser.parse_args()
     rows = []
     for n in [int(x) for x in args.ranks.split(",")]:
@@ -127,9 +151,11 @@ def main() -> None:
               f"verdict {row['verdict']}")
         for tool in ("tlparse", "hta_load", "torchfrtrace"):
             if tool in row["tools"]:
-                t = row["tools"][tool]
-                print(f"      {tool:12} {t['wall_s']:6.2f} s wall {t['peak_rss_mib']:7.0f} MiB rss on "
-                      f"{t['bytes'] / 2**20:.0f} MiB (rc {t['rc']})")
+                t, ours = row["tools"][tool], row["tools"][f"postmortem on {tool}'s input"]
+                print(f"      {tool:12} {t['wall_s']:6.2f} s wall {t['peak_rss_mib']:7.0f} MiB rss (rc {t['rc']}) | "
+                      f"postmortem {ours['wall_s']:6.2f} s wall {ours['peak_rss_mib']:7.0f} MiB rss | same "
+                      f"{t['bytes'] / 2**20:.1f} MiB | {t['wall_s'] / max(ours['wall_s'], 1e-9):.1f}x faster, "
+                      f"{t['peak_rss_mib'] / max(ours['peak_rss_mib'], 1e-9):.1f}x less memory")
         if not args.keep:
             shutil.rmtree(job, ignore_errors=True)
     if args.json:

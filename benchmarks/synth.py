@@ -208,6 +208,15 @@ def _fan_trace(path: Path, out: Path, plan: Plan, dst: int) -> None:
     out.write_bytes(gzip.compress(body) if zipped else body)
 
 
+def _fan_torch_trace(path: Path, out: Path, dst: int) -> None:
+    """A copy of a TORCH_TRACE log whose records name ``dst`` as their rank."""
+    raw = path.read_bytes()
+    zipped = raw[:2] == b"\x1f\x8b"
+    text = re.sub(rb'"rank": \d+', b'"rank": ' + str(dst).encode(), gzip.decompress(raw) if zipped else raw)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(gzip.compress(text, compresslevel=1) if zipped else text)
+
+
 def synthesize(scenario: Path, out: Path, ranks: int, per_node: int = 8, pad_mb: float = 0.0, seed: int = 0,
                host_prefix: str = "node", faulty_host: str | None = None) -> Path:
     expected = json.loads((scenario / "expected.json").read_text())
@@ -259,6 +268,8 @@ def synthesize(scenario: Path, out: Path, ranks: int, per_node: int = 8, pad_mb:
             if src in traces:
                 suffix = ".pt.trace.json.gz" if traces[src].name.endswith(".gz") else ".pt.trace.json"
                 _fan_trace(traces[src], node_dir / "profiler" / f"{plan.host_of(r)}_rank{r}{suffix}", plan, r)
+            for log in scenario.glob(f"torch_trace/dedicated_log_torch_trace_rank_{src}_*"):
+                _fan_torch_trace(log, node_dir / "torch_trace" / log.name.replace(f"_rank_{src}_", f"_rank_{r}_"), r)
             for snap in scenario.glob(f"memory_snapshot_rank{src}.pickle"):
                 shutil.copyfile(snap, node_dir / f"memory_snapshot_rank{r}.pickle")  # copied as bytes, never loaded
     (out / "expected.json").write_text(json.dumps({**expected, "world_size": ranks, "synthesized_from": scenario.name,
