@@ -9,6 +9,8 @@ Data flows one way: discover -> parse -> load (staging DuckDB) -> summarize -> p
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import multiprocessing
@@ -22,8 +24,10 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import catalog, engine, store, summary
+from . import __version__, catalog, engine, store, summary
 from . import discover as discovery
+from . import parsers as parser_package
+from . import signatures as signature_package
 from .errors import PostmortemError
 from .parsers import FILE_PARSERS
 from .parsers.source import Source
@@ -123,7 +127,8 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(_parse_in_worker, task): task for task in _tasks(sources)}
         for future in as_completed(futures):
-            task = futures[future]
+            # popped: a finished future keeps its result, every parsed frame of the job otherwise
+            task = futures.pop(future)
             task_rows, frames = future.result()
             for table, frame in frames.items():
                 out.add(table, frame)
@@ -162,6 +167,43 @@ def load(
     return con, run_id, found
 
 
+@functools.lru_cache(maxsize=8)
+def analyzer_digest(signatures: Path | None = None) -> str:
+    """What a verdict depends on besides the input: this postmortem's code, schema and
+    signatures, and the user's signature files."""
+    roots = [Path(__file__).parent, Path(parser_package.__file__).parent, Path(signature_package.__file__).parent]
+    files = sorted(f for root in roots for f in root.rglob("*") if f.suffix in (".py", ".toml", ".sql", ".json"))
+    if signatures is not None and Path(signatures).is_dir():
+        files += sorted(Path(signatures).glob("*.toml"))
+    digest = hashlib.sha256(__version__.encode())
+    for f in files:
+        digest.update(f.name.encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def run_fingerprint(found: discovery.Discovery, signatures: str | Path | None = None) -> str:
+    """The input files (names, sizes, mtimes) and the analyzer: equal fingerprints, equal reports."""
+    both = f"{found.fingerprint}:{analyzer_digest(Path(signatures) if signatures else None)}"
+    return hashlib.sha256(both.encode()).hexdigest()[:16]
+
+
+def reusable_run(path: str | Path, db: str | Path | None = None, signatures: str | Path | None = None,
+                 limits: discovery.Limits = discovery.Limits()) -> str | None:
+    """A run in history made from the same files by the same analyzer, if there is one:
+    showing it takes a fraction of a second, analyzing again gives the same report."""
+    history = Path(db) if db else store.default_db_path()
+    if not history.is_file():
+        return None
+    found = discovery.discover(Path(path), limits)
+    con = store.open_history(history)
+    try:
+        rows = con.execute("SELECT run_id FROM runs WHERE source_dir = ? AND fingerprint = ? "
+                           "ORDER BY analyzed_at DESC LIMIT 1", [str(found.root), run_fingerprint(found, signatures)])
+        return next(iter(rows.fetchall()), [None])[0]
+    finally:
+        con.close()
+
+
 def ingest(
     path: str | Path,
     db: str | Path | None = None,
@@ -179,6 +221,7 @@ def ingest(
     Returns the staging connection, the run id and what discovery found.
     """
     con, run_id, found = load(path, progress, limits, labels)
+    con.execute("UPDATE runs SET fingerprint = ? WHERE run_id = ?", [run_fingerprint(found, signatures), run_id])
     sigs, broken = catalog.load_all(Path(signatures) if signatures else None)
     findings = engine.match(con, run_id, sigs, broken)
     for origin, why in broken:

@@ -141,8 +141,13 @@ def analyze(
     scheduler_env: bool = SchedulerEnvOption,
     html: Optional[Path] = HtmlOption,
     quiet: bool = QuietOption,
+    fresh: bool = typer.Option(False, "--fresh", help="Analyze again even if the history has this directory, "
+                               "unchanged, from this same postmortem."),
 ) -> None:
     """Analyze a job's logs and print the verdict.
+
+    A directory the history already holds, unchanged (same files, sizes and times) and analyzed
+    by this same postmortem and signatures, is shown from the history at once (--fresh: analyze again).
 
     Example:  postmortem analyze ./job-logs/ --format json --quiet > verdict.json
     Example:  postmortem analyze ./job-logs/ --html report.html
@@ -155,7 +160,14 @@ def analyze(
                    limits=_limits(max_files, max_bytes), labels=_labels(label, scheduler_env),
                    with_series=html is not None)
     try:
-        if bar:
+        known = None if fresh or no_history or label or scheduler_env else api.reusable_run(
+            directory, db=db, signatures=extra, limits=options["limits"])
+        if known:
+            if not quiet:
+                err.print(Text(f"unchanged since run {known}: shown from the history (--fresh analyzes again)",
+                               style="dim"))
+            rep = api.show(known, db=db, with_series=html is not None)
+        elif bar:
             with bar:
                 rep = api.analyze(directory, progress=update, **options)
         else:

@@ -34,7 +34,7 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("ended_at", "TIMESTAMP", "last timestamp in the logs"),
         ("verdict", "VARCHAR", "signature id of the root cause, if any"),
         ("exit_status", "INTEGER", "the CLI exit code for this analysis"),
-        ("fingerprint", "VARCHAR", "hash of the input files' names, sizes and mtimes"),
+        ("fingerprint", "VARCHAR", "hash of the input files' names, sizes and mtimes and of the analyzer (code, signatures)"),
         ("user", "VARCHAR", "who ran the job (scheduler env or --label user=...)"),
         ("command", "VARCHAR", "the job's command line, when a log shows it"),
         ("labels", "JSON", "--label key=value flags and scheduler variables (SLURM_*, TORCHELASTIC_RUN_ID, ...)"),

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from postmortem import __version__
+from postmortem import __version__, api
 from postmortem.cli import app
 
 runner = CliRunner()
@@ -74,3 +74,18 @@ def test_user_mistakes_exit_2_with_one_sentence_and_no_traceback(sample, history
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def test_an_unchanged_directory_is_shown_from_history_and_a_changed_one_analyzed_again(copy_sample, history):
+    job = copy_sample("rank_sigkill")
+    first = json.loads(runner.invoke(app, ["analyze", str(job), "-f", "json", "-q"]).stdout)
+    again = runner.invoke(app, ["analyze", str(job), "-f", "json"])
+    assert "unchanged since run " + first["run_id"] in again.stderr
+    assert json.loads(again.stdout) == first and again.exit_code == 1
+    fresh = json.loads(runner.invoke(app, ["analyze", str(job), "-f", "json", "-q", "--fresh"]).stdout)
+    assert fresh["run_id"] != first["run_id"]
+    console = job / "console.log"
+    console.write_text(console.read_text() + "\n")  # the job wrote one more line
+    changed = json.loads(runner.invoke(app, ["analyze", str(job), "-f", "json", "-q"]).stdout)
+    assert changed["run_id"] not in (first["run_id"], fresh["run_id"])
+    assert len(api.runs(db=history)) == 3
