@@ -11,6 +11,7 @@ This is the only module that writes a database.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,9 +34,13 @@ def default_db_path() -> Path:
     return Path(os.environ.get("POSTMORTEM_DB") or DEFAULT_DB).expanduser()
 
 
+STAGING_MEMORY = "1GB"  # past this the staging tables spill to a temporary directory: a big job stays bounded
+
+
 def staging() -> duckdb.DuckDBPyConnection:
     """An in-memory database with every table of the schema, empty."""
-    con = duckdb.connect()
+    con = duckdb.connect(config={"memory_limit": STAGING_MEMORY,
+                                 "temp_directory": str(Path(tempfile.gettempdir()) / f"postmortem-{os.getpid()}")})
     for table in TABLES:
         con.execute(ddl(table))
     return con
