@@ -168,10 +168,11 @@ def test_thousands_of_tiny_files_are_each_recorded_and_parsed(tmp_path):
     """A job that wrote a tiny log per worker thread (issue #10: 100,000 of them): every file
     is recorded in ``files``, none is fatal, and small files travel to the workers in batches."""
     count = 1500
+    line = (sample_dir("healthy") / "console.log").read_text().splitlines(keepends=True)[0]  # a real c10d line
     for i in range(count):
         folder = tmp_path / f"d{i // 500:02d}"
         folder.mkdir(exist_ok=True)
-        (folder / f"worker{i:05d}.log").write_text(f"2026-11-29 13:33:12,646 worker {i} started\n")
+        (folder / f"worker{i:05d}.log").write_text(line)
     con, run_id, found = api.load(tmp_path)
     assert len(found.sources) == count
     status = con.execute("SELECT status, count(*), sum(lines) FROM files WHERE run_id = ? GROUP BY status",

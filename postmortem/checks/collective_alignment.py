@@ -59,7 +59,7 @@ _FAMILIES = {
 def op_family(op: str | None) -> str | None:
     if not op:
         return None
-    key = op.lower().replace("_", "").replace("nccl:", "")
+    key = op.split(":")[-1].lower().replace("_", "")  # "nccl:_all_gather_base", "gloo:all_gather", "ALLGATHER"
     return _FAMILIES.get(key, key)
 
 

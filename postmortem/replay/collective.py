@@ -60,7 +60,7 @@ def _shape(n: int) -> int:
 def _issue(dist, torch, op: Op, world: int, device):
     dtype = getattr(torch, DTYPES.get(op.dtype, "float32"))
     ones = lambda n: torch.ones(_shape(n), dtype=dtype, device=device)  # noqa: E731
-    family = op_family(op.op.split(":")[-1])  # every source's spelling: _ALLGATHER_BASE, gloo:all_gather, ...
+    family = op_family(op.op)  # every source's spelling: _ALLGATHER_BASE, gloo:all_gather, ...
     if family == "all_gather":
         out = torch.empty(_shape(op.out_numel), dtype=dtype, device=device)
         return dist.all_gather_into_tensor(out, ones(op.in_numel))

@@ -236,7 +236,7 @@ def fold(p: Plan, max_ranks: int) -> Plan:
 
     def scaled(o: Op) -> Op:
         # all-gather outputs (and reduce-scatter inputs) hold world-size shards
-        family = op_family(o.op.split(":")[-1])
+        family = op_family(o.op)
         if family == "all_gather" and o.in_numel:
             return replace(o, out_numel=o.out_numel // p.world_size * new_world)
         if family == "reduce_scatter" and o.out_numel:
