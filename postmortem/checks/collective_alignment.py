@@ -113,24 +113,26 @@ class Disagreement:
         return f"process group {self.pg}" + (f" ({self.desc})" if self.desc else "")
 
 
-def _dtype_text(dtypes: str | None) -> str | None:
+def _dtype_doc(dtypes: str | None):
+    """The dtypes column decoded: {"in": [...], "out": [...]}, a plain list, or the raw text."""
     if not dtypes:
         return None
     try:
-        parsed = json.loads(dtypes)
+        return json.loads(dtypes)
     except json.JSONDecodeError:
         return dtypes
+
+
+def _dtype_text(dtypes: str | None) -> str | None:
+    parsed = _dtype_doc(dtypes)
+    if isinstance(parsed, str):
+        return parsed
     values = parsed.get("in") or parsed.get("out") if isinstance(parsed, dict) else parsed
     return ", ".join(dict.fromkeys(str(v) for v in values)) if isinstance(values, list) and values else None
 
 
 def _in_dtypes(dtypes: str | None) -> tuple | None:
-    if not dtypes:
-        return None
-    try:
-        parsed = json.loads(dtypes)
-    except json.JSONDecodeError:
-        return None
+    parsed = _dtype_doc(dtypes)
     values = parsed.get("in") if isinstance(parsed, dict) else None
     return tuple(values) if isinstance(values, list) and values else None
 

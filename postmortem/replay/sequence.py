@@ -172,11 +172,11 @@ def plan(con: duckdb.DuckDBPyConnection, run_id: str, world_size: int | None = N
     by_rank = {r: ops for r, ops in by_rank.items() if ops}
     rebuilt, notes = stand_ins(con, run_id, by_rank)
     by_rank.update(rebuilt)
-    tails, caught = caught_by_detail(seqs, pg, world_size or max(by_rank) + 1)
+    world = world_size or max(by_rank) + 1
+    tails, caught = caught_by_detail(seqs, pg, world)
     for rank, op in tails.items():
         by_rank[rank] = by_rank[rank] + [op]
     notes += [caught] if caught else []
-    world = world_size or max(by_rank) + 1
     ranks = sorted(by_rank)
     last_seq = max(o.seq for ops in by_rank.values() for o in ops)
     first_seq = max(min(o.seq for o in ops) for ops in by_rank.values())  # ring buffers start at different points
