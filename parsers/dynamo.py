@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from postmortem.schema import frame
+from postmortem.schema import conform, frame
 
 from .lines import per_distinct
 from .runtime import is_user_frame
@@ -348,27 +348,31 @@ _EXCEPTION = re.compile(r"^(?P<type>torch\._(?:dynamo|inductor)\.exc\.\w+)(?::\s
 
 def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
     """The chunk's dynamo lines with compile id, artifact, body and emitter (for the block key)."""
-    cand = df.filter(pl.col("src").str.contains("_dynamo/", literal=True)
-                     | pl.col("text").str.contains(_PREFILTER))
+    cand = df.select("row", "line_no", "rank", "tee", "ts", "ts_ff", "src", "msg", "text").filter(
+        pl.col("text").str.contains(_PREFILTER))
     if cand.is_empty():
         return cand
     msg = pl.col("msg")
-    glog = cand.filter(pl.col("src").is_not_null()).with_columns(msg.str.replace(_MSG_PREFIX, "").alias("body"))
+    has_header = pl.col("src").is_not_null()
+    headless = cand.select((~has_header).sum()).item()
+    glog = (cand.filter(has_header) if headless else cand).with_columns(msg.str.replace(_MSG_PREFIX, "").alias("body"))
     glog = glog.with_columns(msg.str.head(msg.str.len_chars() - pl.col("body").str.len_chars()).alias("_prefix"))
     m = pl.col("_prefix").str.extract_groups(_MSG_FIELDS)
     glog = per_distinct(glog, "_prefix", m.struct.field("cid").alias("cid"), m.struct.field("art").alias("art")).select(
         *cand.columns, "cid", "art", "body", pl.col("src").alias("emitter"))
+    when = pl.coalesce(pl.col("ts"), pl.col("ts_ff")).alias("when")
+    if not headless:
+        return glog.with_columns(when)
     # Lines without a glog header: PyTorch 2.0/2.1's own header, or exception text (few).
     old = pl.col("text").str.extract_groups(_OLD_HEADER)
     field = lambda f: old.struct.field(f)  # noqa: E731
-    other = cand.filter(pl.col("src").is_null()).with_columns(
+    other = cand.filter(~has_header).with_columns(
         field("cid2").alias("cid"), field("art2").alias("art"), field("body2").alias("body"),
         pl.coalesce(pl.format("{}.{}", field("date"), field("ms")).str.to_datetime(
             "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"), pl.col("ts")).alias("ts"),
         field("logger").alias("emitter"),
     ).filter(pl.col("emitter").is_not_null())
-    return pl.concat([glog, other], how="vertical_relaxed").sort("row").with_columns(
-        pl.coalesce(pl.col("ts"), pl.col("ts_ff")).alias("when"))
+    return pl.concat([glog, other], how="vertical_relaxed").sort("row").with_columns(when)
 
 
 def _kind() -> pl.Expr:
@@ -483,34 +487,31 @@ def _frame_id(cid: str | None) -> int | None:
     return int(frame_id[1]) if frame_id else None
 
 
-def _block_rows(blocks: pl.DataFrame, file: str) -> list[dict]:
-    """A row per block. A block's text is parsed once however often it repeats (a graph break
-    logged at every step, every rank's copy in a console): Python runs once per distinct block."""
+def _block_rows(blocks: pl.DataFrame, file: str) -> pl.DataFrame:
+    """A ``compiles`` row per block. A block's text is parsed once however often it repeats (a
+    graph break logged at every step, every rank's copy in a console): Python runs once per
+    distinct block, and the parsed fields are joined back onto every block that holds it."""
     blocks = blocks.with_columns(pl.col("body").list.join("\n").alias("_text"))  # lines hold no newline
     distinct = blocks.unique(["kind", "_text"], keep="first", maintain_order=True).with_row_index("_d")
-    parsed = [_parse_block(kind, body) for kind, body in distinct.select("kind", "body").iter_rows()]
-    blocks = blocks.join(distinct.select("kind", "_text", "_d"), on=["kind", "_text"], how="left",
-                         maintain_order="left", nulls_equal=True)
-    frame_ids: dict[str | None, int | None] = {}
-    rows = []
-    for d, cid, rank, when, line_no in blocks.select("_d", "cid", "rank", "when", "line_no").iter_rows():
-        row = parsed[d]
-        if row is None:
-            continue
-        if cid not in frame_ids:
-            frame_ids[cid] = _frame_id(cid)
-        rows.append({**row, "attempt": cid, "frame_id": frame_ids[cid], "rank": rank, "ts": when,
-                     "line_no": line_no, "source": "torch_logs", "file": file})
-    return rows
+    parsed = [(d, _parse_block(kind, body)) for d, kind, body in distinct.select("_d", "kind", "body").iter_rows()]
+    fields = frame("compiles", [row for _, row in parsed if row is not None]).with_columns(
+        pl.Series("_d", [d for d, row in parsed if row is not None], dtype=pl.UInt32)
+    ).drop("rank", "ts", "attempt", "frame_id", "line_no", "source", "file")
+    cids = blocks.select(pl.col("cid").unique())
+    cids = cids.with_columns(pl.Series("frame_id", [_frame_id(c) for c in cids["cid"]], dtype=pl.Int32))
+    rows = (
+        blocks.join(distinct.select("kind", "_text", "_d"), on=["kind", "_text"], how="left", maintain_order="left",
+                    nulls_equal=True)
+        .join(fields, on="_d", how="inner", maintain_order="left")
+        .join(cids, on="cid", how="left", maintain_order="left", nulls_equal=True)
+        .with_columns(pl.col("cid").alias("attempt"), pl.col("when").alias("ts"), pl.lit("torch_logs").alias("source"),
+                      pl.lit(file).alias("file"))
+    )
+    return conform("compiles", rows)
 
 
-# Every line _dynamo_lines and _exceptions look at holds one of these.
-_MARKERS = ("_dynamo/", "_dynamo.", "Graph break", "Recompiling function", "torch._inductor.exc.")
-
-
-def wants(text: str) -> bool:
-    """Whether a chunk of lines can hold a compile record (substring tests before any frame work)."""
-    return any(marker in text for marker in _MARKERS)
+# Every line _dynamo_lines and _exceptions look at matches this: a chunk with none is skipped.
+LINES = _PREFILTER
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
@@ -518,10 +519,9 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator
     if own.is_empty():
         return
     last_own_row = own["row"].max()
-    rows: list[dict] = []
     dyn = _dynamo_lines(df)
     if not dyn.is_empty():
-        rows += _block_rows(_blocks(dyn).filter(pl.col("row") <= last_own_row), source.name)
-    rows += _exceptions(df, own, source)
-    if rows:
-        yield "compiles", frame("compiles", rows)
+        yield "compiles", _block_rows(_blocks(dyn).filter(pl.col("row") <= last_own_row), source.name)
+    exceptions = _exceptions(df, own, source)
+    if exceptions:
+        yield "compiles", frame("compiles", exceptions)

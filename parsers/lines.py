@@ -41,7 +41,6 @@ _PREFIX = r"^(?:\[(?<w1>[A-Za-z_]+)(?<n1>\d+)\]:)?(?:\[(?<w2>[A-Za-z_]+)(?<n2>\d
 class LineChunk:
     frame: pl.DataFrame
     own: int  # rows [0, own) belong to this chunk, the rest is lookahead
-    text: str = ""  # the decoded text of rows [0, own): for a parser's substring test before any frame work
 
     @property
     def own_frame(self) -> pl.DataFrame:
@@ -65,16 +64,39 @@ def per_distinct(df: pl.DataFrame, key: str, *exprs: pl.Expr) -> pl.DataFrame:
 
 
 _PREFIXES = r"^(?:\[[A-Za-z_]+\d+\]:){1,2}"
+# A byte no log line holds in practice: the CSV reader's separator when it splits lines.
+_NO_SEPARATOR = b"\x1f"
 
 
-def split_lines(text: str, first_line_no: int) -> pl.DataFrame:
-    """The lines of ``text`` (which holds no partial line but perhaps the last) as a frame.
+def line_series(data: bytes) -> pl.Series:
+    """The lines of ``data`` (split on newlines; invalid UTF-8 replaced), one string per line.
+
+    Polars' CSV reader splits and decodes on every core when given a separator the data never
+    holds and no quoting; ``str.split`` on the decoded text is the fallback (a block holding
+    the separator, or a count that disagrees).
+    """
+    lines = data.count(b"\n") + 1
+    if data and _NO_SEPARATOR not in data:
+        raw = pl.read_csv(data, has_header=False, separator=_NO_SEPARATOR.decode(), quote_char=None,
+                          new_columns=["raw"], infer_schema=False, encoding="utf8-lossy",
+                          truncate_ragged_lines=True)["raw"]
+        # The reader takes a final newline as the end of the last line, not as an empty line after it.
+        if raw.len() == lines - 1 and data.endswith(b"\n"):
+            raw = raw.extend_constant("", 1)
+        if raw.len() == lines:
+            return raw.fill_null("").rechunk()
+    return pl.Series("raw", [data.decode("utf-8", errors="replace")]).str.split("\n").explode()
+
+
+def split_lines(data: bytes | str, first_line_no: int) -> pl.DataFrame:
+    """The lines of ``data`` (which holds no partial line but perhaps the last) as a frame.
 
     The prefixes are stripped with one regex replace (a DFA scan: no capture groups per line);
     the rank and tee flag are parsed once per distinct prefix (a log has a handful) and joined.
     """
-    raw = pl.Series("raw", [text]).str.split("\n").explode()
-    df = pl.DataFrame({"raw": raw}).with_columns(pl.col("raw").str.replace(_PREFIXES, "").alias("text"))
+    if isinstance(data, str):
+        data = data.encode("utf-8", errors="replace")
+    df = pl.DataFrame({"raw": line_series(data)}).with_columns(pl.col("raw").str.replace(_PREFIXES, "").alias("text"))
     df = df.with_columns(
         pl.col("raw").str.head(pl.col("raw").str.len_chars() - pl.col("text").str.len_chars()).alias("prefix")
     )
@@ -84,9 +106,9 @@ def split_lines(text: str, first_line_no: int) -> pl.DataFrame:
     w1 = parts.struct.field("w1")
     df = per_distinct(df, "prefix", pl.coalesce(n2, n1).alias("rank"), (w1.is_not_null() & (w1 != "rank")).alias("tee"))
     text_col = pl.col("text")
-    if "\r" in text:
+    if b"\r" in data:
         text_col = text_col.str.strip_suffix("\r")
-    if len(text) > MAX_LINE_CHARS:
+    if len(data) > MAX_LINE_CHARS:
         text_col = text_col.str.slice(0, MAX_LINE_CHARS)
     return df.select(
         pl.int_range(first_line_no, first_line_no + pl.len(), dtype=pl.Int64).alias("line_no"),
@@ -98,19 +120,26 @@ def split_lines(text: str, first_line_no: int) -> pl.DataFrame:
 
 def read_blocks(fh: io.BufferedIOBase, size: int) -> Iterator[bytes]:
     """Blocks of about ``size`` bytes; a gzip stream that ends early yields all it had, then raises EOFError."""
-    block = bytearray()
+    if not isinstance(fh, gzip.GzipFile):
+        while block := fh.read(size):  # one read, no copying: a plain file cannot end early
+            yield block
+        return
+    pieces: list[bytes] = []
+    have = 0
     try:
+        # Pieces of 1 MiB, so that what was decompressed before a break is not lost with it.
         while piece := fh.read1(1 << 20):
-            block += piece
-            if len(block) >= size:
-                yield bytes(block)
-                block.clear()
+            pieces.append(piece)
+            have += len(piece)
+            if have >= size:
+                yield b"".join(pieces)
+                pieces, have = [], 0
     except EOFError:
-        if block:
-            yield bytes(block)
+        if pieces:
+            yield b"".join(pieces)
         raise
-    if block:
-        yield bytes(block)
+    if pieces:
+        yield b"".join(pieces)
 
 
 def newline_blocks(fh: io.BufferedIOBase, size: int) -> Iterator[tuple[bytes, bool]]:
@@ -121,6 +150,23 @@ def newline_blocks(fh: io.BufferedIOBase, size: int) -> Iterator[tuple[bytes, bo
     ``cut_off`` (empty when the break fell on a newline), and nothing is raised: the caller
     decides what a broken stream means.
     """
+    if not isinstance(fh, gzip.GzipFile) and fh.seekable():
+        # A plain file: the partial last line is read again with the next block, not copied over.
+        while block := fh.read(size):
+            cut = block.rfind(b"\n")
+            while cut < 0 and len(block) % size == 0:  # a line longer than a block: read on
+                more = fh.read(size)
+                if not more:
+                    break
+                cut = more.rfind(b"\n")
+                cut = cut + len(block) if cut >= 0 else cut
+                block += more
+            if len(block) % size or cut < 0:  # the end of the file
+                yield (block[:-1] if block.endswith(b"\n") else block), False
+                return
+            fh.seek(cut + 1 - len(block), io.SEEK_CUR)
+            yield block[:cut], False
+        return
     rest = b""
     try:
         for block in read_blocks(fh, size):
@@ -138,28 +184,32 @@ def newline_blocks(fh: io.BufferedIOBase, size: int) -> Iterator[tuple[bytes, bo
         yield rest, False
 
 
-def _decoded_chunks(path: Path, chunk_bytes: int) -> Iterator[str]:
-    """Decoded text pieces that each end on a newline (the last may not). A gzip stream that
-    ends early yields what was read before the break, then raises EOFError."""
+def _blocks_of_lines(path: Path, chunk_bytes: int) -> Iterator[bytes]:
+    """Blocks of whole lines (the last may lack its newline). A gzip stream that ends early
+    yields what was read before the break, then raises EOFError."""
     with open_binary(path) as fh:
         for data, cut_off in newline_blocks(fh, chunk_bytes):
             if data or not cut_off:
-                yield data.decode("utf-8", errors="replace")
+                yield data
             if cut_off:
                 raise EOFError("the gzip stream ends early (file cut while being written)")
 
 
 def read_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[LineChunk]:
-    """Yield the file's lines chunk by chunk, each with a lookahead into the next."""
-    pending: tuple[pl.DataFrame, str] | None = None
+    """Yield the file's lines chunk by chunk, each with up to LOOKAHEAD lines of what follows
+    (from as many of the next blocks as it takes: a small block may hold fewer lines)."""
+    pending: list[pl.DataFrame] = []  # the next chunk to yield, then the blocks after it
     next_line = 1
-    for text in _decoded_chunks(path, chunk_bytes):
-        current = split_lines(text, next_line)
+
+    def first() -> LineChunk:
+        own = pending.pop(0)
+        return LineChunk(pl.concat([own, *pending]).head(own.height + LOOKAHEAD) if pending else own, own.height)
+
+    for data in _blocks_of_lines(path, chunk_bytes):
+        current = split_lines(data, next_line)
         next_line += current.height
-        if pending is not None:
-            frame, own_text = pending
-            yield LineChunk(pl.concat([frame, current.head(LOOKAHEAD)]), frame.height, own_text)
-        pending = current, text
-    if pending is not None:
-        frame, own_text = pending
-        yield LineChunk(frame, frame.height, own_text)
+        pending.append(current)
+        while len(pending) > 1 and sum(f.height for f in pending[1:]) >= LOOKAHEAD:
+            yield first()
+    while pending:
+        yield first()

@@ -34,6 +34,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame
 
+from .lines import per_distinct
 from .runtime import oom_figures
 from .source import Source
 
@@ -115,7 +116,10 @@ def _series_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
     titan = pl.col("clean").str.extract_groups(_TORCHTITAN)
     m = lambda f: mega.struct.field(f)
     d = lambda f: ds.struct.field(f)
-    rows = lines.with_columns(
+    # A figure's line repeats word for word at every step of a run that prints the same figure:
+    # the regexes run once per distinct message.
+    rows = per_distinct(
+        lines, "clean",
         *(_generic(f, p) for f, p in _GENERIC.items()),
         _bytes(m("a"), m("u")).alias("m_a"), _bytes(m("ma"), m("u")).alias("m_ma"),
         _bytes(m("r"), m("u")).alias("m_r"), _bytes(m("mr"), m("u")).alias("m_mr"),
@@ -124,8 +128,9 @@ def _series_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
         _bytes(titan.struct.field("v"), titan.struct.field("u")).alias("t_mr"),
         pl.coalesce(pl.col("clean").str.extract(_MEGATRON_STEP, 1), pl.col("clean").str.extract(_STEP, 1))
         .cast(pl.Int64, strict=False).alias("step"),
+        pl.col("clean").str.extract(_LINE_RANK, 1).cast(pl.Int32, strict=False).alias("_line_rank"),
     ).select(
-        pl.coalesce("rank", pl.col("clean").str.extract(_LINE_RANK, 1).cast(pl.Int32, strict=False)).alias("rank"),
+        pl.coalesce("rank", "_line_rank").alias("rank"),
         pl.col("ts_ff").alias("ts"),
         "step",
         "line_no",
@@ -200,17 +205,14 @@ def _summaries(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[
     yield "events", frame("events", events)
 
 
-# "mem" in any case (the prefilter's (?i)mem; the OOM and summary lines hold "memory"), and "MA ".
-_MARKERS = ("MA ", *{"".join(c) for c in ((m, e, m2) for m in "mM" for e in "eE" for m2 in "mM")})
-
-
-def wants(text: str) -> bool:
-    """Whether a chunk of lines can hold a memory figure (substring tests before any frame work)."""
-    return any(marker in text for marker in _MARKERS)
+# A chunk none of whose lines matches this is skipped before any frame work: "mem" in any case
+# (the prefilter's; the OOM and summary lines hold "memory"), and "MA ".
+LINES = r"(?i:mem)|MA "
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     """Memory samples in one chunk of lines; ``df`` adds lookahead rows to ``own``."""
+    own = own.filter(pl.col("text").str.contains(LINES))  # every record starts on such a line
     yield "memory", _series_rows(own, source)
     yield "memory", _oom_rows(own, source)
     yield from _summaries(df, own, source)

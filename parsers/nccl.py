@@ -35,6 +35,7 @@ only where neither is known, and the group is the default one, the prefix's ``Ra
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import polars as pl
@@ -377,12 +378,14 @@ def _failed_collective_stacks(df: pl.DataFrame, own: pl.DataFrame, source: Sourc
 _PG_INIT_MARKER = "initialization options: size:"
 
 
-def wants(text: str) -> bool:
-    """Whether a chunk of lines can hold a record of this module (substring tests before any frame work)."""
-    return any(marker in text for marker in (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS))
+# A chunk none of whose lines holds one of these is skipped before any frame work.
+LINES = "|".join(re.escape(m) for m in (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS))
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+    # Every record below starts on a line that LINES matches: one scan of the chunk narrows it
+    # to those, and each record's own test runs on the few that remain.
+    own = own.filter(pl.col("text").str.contains(LINES))
     lines = _nccl_lines(own)
     if not lines.is_empty():
         _remember_comms(lines, source)

@@ -46,7 +46,7 @@ import polars as pl
 from postmortem.schema import frame
 
 from . import dynamo
-from .lines import newline_blocks, open_binary
+from .lines import line_series, newline_blocks, open_binary
 from .source import Source
 
 KIND = "torch_trace"
@@ -109,8 +109,7 @@ def _pieces(source: Source) -> Iterator[tuple[pl.DataFrame, bool]]:
 
 
 def _split(data: bytes, first_line_no: int) -> pl.DataFrame:
-    text = pl.Series("text", [data.decode("utf-8", errors="replace")]).str.split("\n").explode()
-    return pl.DataFrame({"text": text.str.strip_suffix("\r")}).with_columns(
+    return pl.DataFrame({"text": line_series(data).str.strip_suffix("\r")}).with_columns(
         pl.int_range(first_line_no, first_line_no + pl.len(), dtype=pl.Int64).alias("line_no")
     ).select("line_no", "text")
 
