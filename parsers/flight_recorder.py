@@ -46,8 +46,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import polars as pl
+import pyarrow as pa
 
 from postmortem.schema import conform, frame, json_attrs
 
@@ -92,12 +94,13 @@ def load(source: Source) -> dict:
 
 
 def _int(value) -> int | None:
+    """An int64, from an int or a string of digits; None for anything else."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
+    if isinstance(value, str) and re.fullmatch(r"-?\d{1,19}", value.strip()):
+        value = int(value)
+    if isinstance(value, int) and -(1 << 63) <= value < (1 << 63):
         return value
-    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-        return int(value)
     return None
 
 
@@ -140,58 +143,50 @@ def _listed(value) -> list:
     return value if isinstance(value, list) else []
 
 
-def _entries_frame(entries: list) -> pl.DataFrame:
-    """The entries as columns: one pass to pick fields, the rest is expressions."""
-    def col(key, kind=None):
-        values = [e.get(key) if isinstance(e, dict) else None for e in entries]
-        if kind is int:
-            return [_int(v) for v in values]
-        if kind is str:
-            return [v if isinstance(v, str) else None for v in values]
-        return values
+_ENTRY_SCHEMA = {
+    "rank": pa.int32(), "file": pa.string(), "position": pa.int64(), "pg_id": pa.int64(), "pg": pa.string(),
+    "collective_seq_id": pa.int64(), "p2p_seq_id": pa.int64(), "is_p2p": pa.bool_(), "profiling_name": pa.string(),
+    "state": pa.string(), "time_created_ns": pa.int64(), "time_discovered_started_ns": pa.int64(),
+    "time_discovered_completed_ns": pa.int64(), "timeout_ms": pa.int64(),
+    "input_sizes": pa.list_(pa.list_(pa.int64())), "output_sizes": pa.list_(pa.list_(pa.int64())),
+    "input_dtypes": pa.list_(pa.string()), "output_dtypes": pa.list_(pa.string()),
+}
+
+
+def _entry_columns(entries: list, rank: int | None, file: str) -> dict[str, list]:
+    """The entries as Python columns (one pass to pick and type-check fields; Polars runs once
+    per batch of dumps, not per dump, in ``build``)."""
+    dicts = [e if isinstance(e, dict) else {} for e in entries]
+
+    def ints(key):
+        return [_int(e.get(key)) for e in dicts]
+
+    def strs(key):
+        return [v if isinstance(v := e.get(key), str) else None for e in dicts]
+
+    def bools(key):
+        return [v if isinstance(v := e.get(key), bool) else None for e in dicts]
 
     def pg_name(e):
-        pg = e.get("process_group") if isinstance(e, dict) else None
+        pg = e.get("process_group")
         return str(pg[0]) if isinstance(pg, (list, tuple)) and pg else None
 
     def sizes(key):
-        out = []
-        for e in entries:
-            value = e.get(key) if isinstance(e, dict) else None
-            out.append([[d for d in _listed(t) if _int(d) is not None] for t in _listed(value)])
-        return out
+        return [[[d for d in _listed(t) if _int(d) is not None] for t in _listed(e.get(key))] for e in dicts]
 
-    return pl.DataFrame(
-        {
-            "position": list(range(1, len(entries) + 1)),
-            "pg_id": col("pg_id", int),
-            "pg": [pg_name(e) for e in entries],
-            "collective_seq_id": col("collective_seq_id", int),
-            "p2p_seq_id": col("p2p_seq_id", int),
-            "is_p2p": [bool(v) if isinstance(v, bool) else None for v in col("is_p2p")],
-            "profiling_name": col("profiling_name", str),
-            "state": col("state", str),
-            "retired": [bool(v) if isinstance(v, bool) else None for v in col("retired")],
-            "time_created_ns": col("time_created_ns", int),
-            "time_discovered_started_ns": col("time_discovered_started_ns", int),
-            "time_discovered_completed_ns": col("time_discovered_completed_ns", int),
-            "timeout_ms": col("timeout_ms", int),
-            "input_sizes": sizes("input_sizes"),
-            "output_sizes": sizes("output_sizes"),
-            "input_dtypes": [[d for d in _listed(v) if isinstance(d, str)] for v in col("input_dtypes")],
-            "output_dtypes": [[d for d in _listed(v) if isinstance(d, str)] for v in col("output_dtypes")],
-            "thread_name": col("thread_name", str),
-        },
-        schema={
-            "position": pl.Int64, "pg_id": pl.Int64, "pg": pl.String, "collective_seq_id": pl.Int64,
-            "p2p_seq_id": pl.Int64, "is_p2p": pl.Boolean, "profiling_name": pl.String, "state": pl.String,
-            "retired": pl.Boolean, "time_created_ns": pl.Int64, "time_discovered_started_ns": pl.Int64,
-            "time_discovered_completed_ns": pl.Int64, "timeout_ms": pl.Int64,
-            "input_sizes": pl.List(pl.List(pl.Int64)), "output_sizes": pl.List(pl.List(pl.Int64)),
-            "input_dtypes": pl.List(pl.String), "output_dtypes": pl.List(pl.String), "thread_name": pl.String,
-        },
-        strict=False,
-    )
+    def dtypes(key):
+        return [[d for d in _listed(e.get(key)) if isinstance(d, str)] for e in dicts]
+
+    return {
+        "rank": [rank] * len(dicts), "file": [file] * len(dicts), "position": list(range(1, len(dicts) + 1)),
+        "pg_id": ints("pg_id"), "pg": [pg_name(e) for e in dicts], "collective_seq_id": ints("collective_seq_id"),
+        "p2p_seq_id": ints("p2p_seq_id"), "is_p2p": bools("is_p2p"), "profiling_name": strs("profiling_name"),
+        "state": strs("state"), "time_created_ns": ints("time_created_ns"),
+        "time_discovered_started_ns": ints("time_discovered_started_ns"),
+        "time_discovered_completed_ns": ints("time_discovered_completed_ns"), "timeout_ms": ints("timeout_ms"),
+        "input_sizes": sizes("input_sizes"), "output_sizes": sizes("output_sizes"),
+        "input_dtypes": dtypes("input_dtypes"), "output_dtypes": dtypes("output_dtypes"),
+    }
 
 
 def _numel(sizes: pl.Expr) -> pl.Expr:
@@ -203,13 +198,13 @@ def _ts(ns: pl.Expr) -> pl.Expr:
     return pl.when(ns > 0).then(pl.from_epoch(ns // 1000, time_unit="us"))
 
 
-def _collectives(df: pl.DataFrame, rank: int | None, source: Source) -> pl.DataFrame:
+def _collectives(df: pl.DataFrame) -> pl.DataFrame:
     name = pl.col("profiling_name").str.replace(r"^[\w.]+:", "")
     op = name.str.extract(r"^(\S+)", 1)
     peer = name.str.extract(r"^\S+ (\S+)", 1)
     is_p2p = pl.coalesce(pl.col("is_p2p"), op.is_in(_P2P_OPS))
     return conform("collectives", df.select(
-        pl.lit(rank, pl.Int32).alias("rank"),
+        "rank",
         pl.lit("flight_recorder").alias("source"),
         "pg",
         pl.when(is_p2p).then(pl.col("p2p_seq_id")).otherwise(pl.col("collective_seq_id")).alias("seq_id"),
@@ -225,62 +220,71 @@ def _collectives(df: pl.DataFrame, rank: int | None, source: Source) -> pl.DataF
         _ts(pl.col("time_discovered_started_ns")).alias("t_started"),
         _ts(pl.col("time_discovered_completed_ns")).alias("t_completed"),
         "timeout_ms",
-        pl.lit(source.name).alias("file"),
+        "file",
         pl.col("position").alias("line_no"),
     ))
 
 
-def _rank_status(dump: dict, df: pl.DataFrame, rank: int | None, source: Source) -> pl.DataFrame:
+def _pg_status(dump: dict) -> dict[int, dict]:
+    """pg_status by local group id (keys that are no id, values that are no dict, left out)."""
     status = dump.get("pg_status")
-    if not isinstance(status, dict):
-        return frame("rank_status")
-    names = {pg_id: pg for pg_id, pg in df.select("pg_id", "pg").unique().iter_rows() if pg_id is not None and pg}
+    items = status.items() if isinstance(status, dict) else []
+    return {pg_id: s for k, s in items if (pg_id := _int(k)) is not None and isinstance(s, dict)}
+
+
+def _rank_status(status: dict[int, dict], columns: dict[str, list], rank: int | None, source: Source) -> list[dict]:
+    names = {pg_id: pg for pg_id, pg in zip(columns["pg_id"], columns["pg"]) if pg_id is not None and pg}
     names.setdefault(0, "0")
     rows = []
-    for key, s in status.items():
-        pg_id = _int(key)
-        if not isinstance(s, dict) or pg_id not in names:
+    for pg_id, s in status.items():
+        if pg_id not in names:
             continue
         started = _int(s.get("last_started_collective"))
         rows.append({"rank": rank, "pg": names[pg_id], "last_enqueued": _int(s.get("last_enqueued_collective")),
                      "last_started": started if started is not None and started >= 0 else None,
                      "last_completed": _int(s.get("last_completed_collective")),
                      "source": "flight_recorder", "file": source.name})
-    return frame("rank_status", rows)
+    return rows
 
 
-def _completed_through(dump: dict) -> pl.DataFrame:
-    """pg_status's last completed collective per local group id."""
-    status = dump.get("pg_status")
-    rows = [{"pg_id": _int(k), "done": _int(v.get("last_completed_collective"))}
-            for k, v in (status.items() if isinstance(status, dict) else []) if isinstance(v, dict)]
-    return pl.DataFrame(rows, schema={"pg_id": pl.Int64, "done": pl.Int64})
+def _kept_positions(status: dict[int, dict], columns: dict[str, list]) -> list[int]:
+    """The entries whose frames are kept: every one not completed, and the last KEEP_COMPLETED
+    completed ones per group. Completed by its state, or by pg_status (gloo's recorder leaves
+    every entry "scheduled")."""
+    done_through = {pg_id: _int(s.get("last_completed_collective")) for pg_id, s in status.items()}
+    kept, done_by_pg = [], {}
+    for position, pg_id, pg, state, p2p, seq in zip(
+        columns["position"], columns["pg_id"], columns["pg"], columns["state"], columns["is_p2p"],
+        columns["collective_seq_id"],
+    ):
+        through = done_through.get(pg_id)
+        done = state == "completed" or (not p2p and seq is not None and through is not None and seq <= through)
+        if done:
+            done_by_pg.setdefault(pg, []).append(position)
+        else:
+            kept.append(position)
+    for positions in done_by_pg.values():
+        kept += positions[-KEEP_COMPLETED:]
+    return sorted(kept)
 
 
-def _stacks(dump: dict, entries: list, df: pl.DataFrame, rank: int | None, source: Source) -> pl.DataFrame:
-    # Completed by its state, or by pg_status (gloo's recorder leaves every entry "scheduled").
-    done = df.join(_completed_through(dump), on="pg_id", how="left").select(
-        "position", "pg",
-        ((pl.col("state") == "completed")
-         | (~pl.col("is_p2p").fill_null(False) & (pl.col("collective_seq_id") <= pl.col("done")))).fill_null(False)
-        .alias("done"))
-    last_done = done.filter(pl.col("done")).group_by("pg").agg(pl.col("position").top_k(KEEP_COMPLETED)).explode(
-        "position")["position"]
-    keep = set(done.filter(~pl.col("done"))["position"].to_list()) | set(last_done.to_list())
+def _stacks(entries: list, positions: list[int], rank: int | None, source: Source) -> list[dict]:
     rows = []
-    for position in sorted(keep):
+    for position in positions:
         entry = entries[position - 1]
-        frames = entry.get("frames") if isinstance(entry, dict) else None
-        for depth, f in enumerate(x for x in _listed(frames) if isinstance(x, dict)):
-            rows.append({"rank": rank, "thread": entry.get("thread_name") if isinstance(entry.get("thread_name"), str)
-                         else None, "thread_state": entry.get("state") if isinstance(entry.get("state"), str) else None,
+        if not isinstance(entry, dict):
+            continue
+        thread, state = entry.get("thread_name"), entry.get("state")
+        for depth, f in enumerate(x for x in _listed(entry.get("frames")) if isinstance(x, dict)):
+            rows.append({"rank": rank, "thread": thread if isinstance(thread, str) else None,
+                         "thread_state": state if isinstance(state, str) else None,
                          "depth": depth, "function": str(f.get("name")), "file": str(f.get("filename")),
                          "line": _int(f.get("line")), "source": "flight_recorder", "origin": source.name,
                          "origin_line": position})
-    return frame("stacks", rows)
+    return rows
 
 
-def _events(dump: dict, groups: dict[str, dict], rank: int | None, source: Source) -> pl.DataFrame:
+def _events(dump: dict, groups: dict[str, dict], rank: int | None, source: Source) -> list[dict]:
     rows = [{"rank": rank, "file": source.name, "kind": "pg_config", "source": "flight_recorder",
              "message": f"process group {name} ({g['desc'] or 'no desc'}): ranks {g['ranks']}",
              "attrs": json.dumps({"pg": name, "desc": g["desc"], "ranks": g["ranks"]})}
@@ -290,18 +294,43 @@ def _events(dump: dict, groups: dict[str, dict], rank: int | None, source: Sourc
         rows.append({"rank": rank, "file": source.name, "kind": "version", "source": "flight_recorder",
                      "message": f"flight recorder {dump.get('version')}, comm library {version}",
                      "attrs": json.dumps({"component": "nccl", "version": version})})
-    return frame("events", rows)
+    return rows
 
 
-def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+@dataclass
+class Read:
+    """One dump, read and taken apart in plain Python: ``build`` makes frames of many at once."""
+
+    entries: dict[str, list]
+    rank_status: list[dict]
+    stacks: list[dict]
+    events: list[dict]
+
+
+def read(source: Source) -> Read:
+    """Load one dump (ValueError when it can't be read) and pick its rows, no Polars work."""
     dump = load(source)
     groups = _groups(dump)
     rank = source.rank if source.rank is not None else dump_rank(dump, groups)
     if rank is None:
         source.notes.append("no rank in the file name, and pg_config does not single one out")
-    entries = dump.get("entries") or []
-    df = _entries_frame(entries)
-    yield "collectives", _collectives(df, rank, source)
-    yield "rank_status", _rank_status(dump, df, rank, source)
-    yield "stacks", _stacks(dump, entries, df, rank, source)
-    yield "events", _events(dump, groups, rank, source)
+    entries = _listed(dump.get("entries"))
+    columns = _entry_columns(entries, rank, source.name)
+    status = _pg_status(dump)
+    return Read(columns, _rank_status(status, columns, rank, source),
+                _stacks(entries, _kept_positions(status, columns), rank, source), _events(dump, groups, rank, source))
+
+
+def build(reads: list[Read]) -> Iterator[tuple[str, pl.DataFrame]]:
+    """The tables of many dumps, each built once (a dump costs microseconds, not a frame per table)."""
+    # Arrow builds the nested size lists in C++; Polars' own constructor walks them in Python.
+    entries = pa.table({key: pa.array([v for r in reads for v in r.entries[key]], type=arrow)
+                        for key, arrow in _ENTRY_SCHEMA.items()})
+    yield "collectives", _collectives(pl.from_arrow(entries))
+    yield "rank_status", frame("rank_status", [row for r in reads for row in r.rank_status])
+    yield "stacks", frame("stacks", [row for r in reads for row in r.stacks])
+    yield "events", frame("events", [row for r in reads for row in r.events])
+
+
+def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+    yield from build([read(source)])

@@ -148,6 +148,9 @@ dist.init_process_group("gloo", init_method="file://" + os.path.join(out, "store
 dist.all_reduce(torch.ones(1024))
 dist.all_gather_into_tensor(torch.empty(16), torch.ones(16))
 dist.broadcast(torch.ones(3, 5, dtype=torch.int64), src=0)
+# gloo marks an entry completed from its own thread: let the last one land before the two
+# dumps, or they can disagree on pg_status' last completed collective.
+import time; time.sleep(1)
 with open(os.path.join(out, "fr_rank_0.pkl"), "wb") as fh:
     fh.write(c10d._dump_fr_trace(True, True, False))
 with open(os.path.join(out, "fr_rank_0.json"), "wb") as fh:
