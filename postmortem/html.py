@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from html import escape
 
+from .engine import rank_ranges
+
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 STATE_COLORS = {"completed": "#cfe8cf", "started": "#ffe0a3", "scheduled": "#ffd0a0", "timed_out": "#f4a3a3"}
 
@@ -55,7 +57,7 @@ def _verdict(report: dict) -> str:
 def _facts(report: dict) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v) or "not in the logs"
     rows = [("run", report["run_id"]), ("logs", report["source_dir"]), ("job", (report.get("job") or {}).get("id")),
-            ("world size", report["world_size"]), ("ranks seen", ", ".join(map(str, report["ranks_seen"]))),
+            ("world size", report["world_size"]), ("ranks seen", rank_ranges(report["ranks_seen"])),
             ("hosts", ", ".join(report["hosts"])), ("versions", versions),
             ("time span", f'{report["started_at"]} .. {report["ended_at"]}')]
     return "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"

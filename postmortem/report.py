@@ -10,6 +10,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .engine import rank_ranges
+
 
 def to_json(report: dict) -> str:
     return json.dumps(report, indent=2, default=str)
@@ -76,7 +78,7 @@ def to_rich(report: dict) -> Group:
     facts.add_row("run", report["run_id"])
     facts.add_row("logs", Text(report["source_dir"]))
     facts.add_row("world size", str(report["world_size"]))
-    facts.add_row("ranks seen", ", ".join(map(str, report["ranks_seen"])) or "none")
+    facts.add_row("ranks seen", rank_ranges(report["ranks_seen"]) or "none")
     facts.add_row("hosts", Text(", ".join(report["hosts"]) or "not in the logs"))
     facts.add_row("versions", Text(_versions(report)))
     facts.add_row("time span", f"{report['started_at']} .. {report['ended_at']}")
@@ -127,7 +129,7 @@ def to_markdown(report: dict) -> str:
         lines.append("")
     lines += [
         f"- run `{report['run_id']}`, logs `{report['source_dir']}`",
-        f"- world size {report['world_size']}, ranks seen {report['ranks_seen']}, hosts {', '.join(report['hosts'])}",
+        f"- world size {report['world_size']}, ranks seen {rank_ranges(report['ranks_seen']) or 'none'}, hosts {', '.join(report['hosts'])}",
         f"- versions: {_versions(report)}",
         "",
         "| rank | when | how it ended | evidence |",

@@ -25,6 +25,7 @@ Checks read tables only; rendering is the signatures' business.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ _FAMILIES = {
 }
 
 
+@functools.lru_cache(maxsize=1024)  # a job has a handful of op names and asks about each thousands of times
 def op_family(op: str | None) -> str | None:
     if not op:
         return None
@@ -378,9 +380,9 @@ def _hangs(con, run_id, calls_by_seq, members, descs) -> list[Disagreement]:
         op_call = next(iter(calls.values()), None)
         if op_call is not None and op_call.family in ("p2p", "coalesced"):
             continue
-        laggards = consistent and sorted(r for r, p in progress.items()
-                                         if r in issued and (p["done"] or 0) < low
-                                         and any((q["done"] or 0) >= low for q in progress.values()))
+        someone_done = max((q["done"] or 0) for q in progress.values()) >= low
+        laggards = consistent and someone_done and sorted(r for r, p in progress.items()
+                                                          if r in issued and (p["done"] or 0) < low)
         if low == min(enqs) == max(enqs):
             # Every rank issued this last collective: in a run where nothing failed, its
             # completion just wasn't recorded yet when they dumped (gloo marks it after the
