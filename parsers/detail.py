@@ -24,6 +24,7 @@ import polars as pl
 
 from postmortem.schema import conform
 
+from .lines import extract_groups
 from .source import Source
 
 _FP = "CollectiveFingerPrint("
@@ -79,7 +80,7 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator
     own_rank = pl.coalesce(pl.col("rank"), pl.col("msg").str.extract(r"\[Rank (\d+)\]", 1).cast(pl.Int32, strict=False))
     parts = [_rows(running, own_rank, pl.col("msg").str.split(_RUNNING).list.last(), "scheduled", source)]
     mismatch = lines.filter(pl.col("msg").str.contains(_MISMATCH, literal=True)).with_columns(
-        pl.col("msg").str.extract_groups(_PAIR).alias("pair")).unnest("pair").filter(pl.col("fp_a").is_not_null())
+        extract_groups("msg", _PAIR).alias("pair")).unnest("pair").filter(pl.col("fp_a").is_not_null())
     if not mismatch.is_empty():
         # The rank that raised names itself first; its peer second.
         parts.append(_rows(mismatch, pl.col("rank_a"), pl.col("fp_a"), "scheduled", source))

@@ -35,7 +35,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame
 
-from .lines import per_distinct
+from .lines import extract_groups, per_distinct
 from .runtime import is_user_frame
 from .source import Source
 
@@ -357,14 +357,14 @@ def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
     headless = cand.select((~has_header).sum()).item()
     glog = (cand.filter(has_header) if headless else cand).with_columns(msg.str.replace(_MSG_PREFIX, "").alias("body"))
     glog = glog.with_columns(msg.str.head(msg.str.len_chars() - pl.col("body").str.len_chars()).alias("_prefix"))
-    m = pl.col("_prefix").str.extract_groups(_MSG_FIELDS)
+    m = extract_groups("_prefix", _MSG_FIELDS)
     glog = per_distinct(glog, "_prefix", m.struct.field("cid").alias("cid"), m.struct.field("art").alias("art")).select(
         *cand.columns, "cid", "art", "body", pl.col("src").alias("emitter"))
     when = pl.coalesce(pl.col("ts"), pl.col("ts_ff")).alias("when")
     if not headless:
         return glog.with_columns(when)
     # Lines without a glog header: PyTorch 2.0/2.1's own header, or exception text (few).
-    old = pl.col("text").str.extract_groups(_OLD_HEADER)
+    old = extract_groups("text", _OLD_HEADER)
     field = lambda f: old.struct.field(f)  # noqa: E731
     other = cand.filter(~has_header).with_columns(
         field("cid2").alias("cid"), field("art2").alias("art"), field("body2").alias("body"),

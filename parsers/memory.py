@@ -34,7 +34,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame
 
-from .lines import per_distinct
+from .lines import extract_groups, per_distinct
 from .runtime import oom_figures
 from .source import Source
 
@@ -100,7 +100,7 @@ def _bytes(value: pl.Expr, unit: pl.Expr) -> pl.Expr:
 
 
 def _generic(field: str, pattern: str) -> pl.Expr:
-    g = pl.col("clean").str.extract_groups(pattern)
+    g = extract_groups("clean", pattern)
     unit = pl.coalesce(g.struct.field("u1"), g.struct.field("u2"), g.struct.field("u3"))
     return _bytes(g.struct.field("v"), unit).alias(field)
 
@@ -111,9 +111,9 @@ def _series_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
     )
     if lines.is_empty():
         return frame("memory")
-    mega = pl.col("clean").str.extract_groups(_MEGATRON)
-    ds = pl.col("clean").str.extract_groups(_DEEPSPEED)
-    titan = pl.col("clean").str.extract_groups(_TORCHTITAN)
+    mega = extract_groups("clean", _MEGATRON)
+    ds = extract_groups("clean", _DEEPSPEED)
+    titan = extract_groups("clean", _TORCHTITAN)
     m = lambda f: mega.struct.field(f)
     d = lambda f: ds.struct.field(f)
     # A figure's line repeats word for word at every step of a run that prints the same figure:

@@ -42,6 +42,7 @@ import polars as pl
 
 from postmortem.schema import conform, json_attrs
 
+from .lines import extract_groups
 from .source import Source
 
 _NCCL = (
@@ -123,12 +124,12 @@ _NCCL_KEPT = [" NCCL WARN", " NCCL ATTN", " NCCL TRACE", " NCCL CALL", " - Init 
 
 def _nccl_lines(own: pl.DataFrame) -> pl.DataFrame:
     return own.filter(pl.col("text").str.contains_any(_NCCL_KEPT)).with_columns(
-        pl.col("text").str.extract_groups(_NCCL).alias("n")
+        extract_groups("text", _NCCL).alias("n")
     ).unnest("n").filter(pl.col("host").is_not_null())
 
 
 def _nccl_events(lines: pl.DataFrame, source: Source) -> pl.DataFrame:
-    init = pl.col("nmsg").str.extract_groups(_INIT)
+    init = extract_groups("nmsg", _INIT)
     kept = lines.filter(
         (pl.col("nlevel") != "INFO") | pl.col("nmsg").str.contains(" - Init COMPLETE", literal=True)
     )
@@ -157,7 +158,7 @@ def _nccl_events(lines: pl.DataFrame, source: Source) -> pl.DataFrame:
 
 def _remember_comms(lines: pl.DataFrame, source: Source) -> None:
     inits = lines.filter(pl.col("nmsg").str.contains(" - Init ", literal=True)).select(
-        "npid", pl.col("nmsg").str.extract_groups(_INIT).alias("i")
+        "npid", extract_groups("nmsg", _INIT).alias("i")
     ).unnest("i").filter(pl.col("comm").is_not_null())
     comms = _state(source)["comms"]
     for npid, comm, comm_id, rank in inits.select("npid", "comm", "comm_id", "rank").iter_rows():
@@ -167,7 +168,7 @@ def _remember_comms(lines: pl.DataFrame, source: Source) -> None:
 def _coll_rows(lines: pl.DataFrame, source: Source) -> pl.DataFrame:
     """NCCL_DEBUG_SUBSYS=COLL lines: one collective call each, numbered per communicator."""
     found = lines.filter(pl.col("nmsg").str.contains(": opCount ", literal=True)).with_columns(
-        pl.col("nmsg").str.extract_groups(_COLL).alias("c")
+        extract_groups("nmsg", _COLL).alias("c")
     ).unnest("c").filter(pl.col("count").is_not_null())
     if found.is_empty():
         return conform("collectives", found)
@@ -210,7 +211,7 @@ def _coll_rows(lines: pl.DataFrame, source: Source) -> pl.DataFrame:
 
 def _pg_init_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
     found = own.filter(pl.col("msg").str.contains(_PG_INIT_MARKER, literal=True)).with_columns(
-        pl.col("msg").str.extract_groups(_PG_INIT).alias("g")
+        extract_groups("msg", _PG_INIT).alias("g")
     ).unnest("g").filter(pl.col("size").is_not_null())
     return conform("events", found.select(
         pl.coalesce(pl.col("rank"), pl.col("grank").cast(pl.Int32, strict=False)).alias("rank"),
@@ -232,9 +233,9 @@ def _watchdog_lines(own: pl.DataFrame) -> pl.DataFrame:
     if lines.is_empty():
         return lines
     df = lines.with_columns(
-        pl.col("msg").str.extract_groups(_PREFIX).alias("p"),
-        pl.col("msg").str.extract_groups(_WORK).alias("w"),
-        pl.col("msg").str.extract_groups(_STATUS).alias("s"),
+        extract_groups("msg", _PREFIX).alias("p"),
+        extract_groups("msg", _WORK).alias("w"),
+        extract_groups("msg", _STATUS).alias("s"),
     ).unnest("p", "w", "s")
     i64 = lambda c: pl.col(c).cast(pl.Int64, strict=False)
     pg = pl.coalesce(pl.col("guid"), pl.col("old_pg"))
@@ -359,7 +360,7 @@ def _failed_collective_stacks(df: pl.DataFrame, own: pl.DataFrame, source: Sourc
         pl.col("_head").forward_fill().over("_seg"), pl.col("_head_rank").forward_fill().over("_seg"),
     ).filter(frame_line & pl.col("_head").is_not_null()
              & pl.col("_head").is_in(own.filter(header)["line_no"].implode()))
-    frames = blocks.with_columns(pl.col("text").str.extract_groups(_FR_FRAME).alias("f")).unnest("f")
+    frames = blocks.with_columns(extract_groups("text", _FR_FRAME).alias("f")).unnest("f")
     return conform("stacks", frames.select(
         pl.coalesce(pl.col("_head_rank"), pl.col("rank")).alias("rank"),
         "pid",

@@ -27,6 +27,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame, json_attrs
 
+from .lines import extract_groups
 from .source import Source
 
 MAX_MESSAGE = 2000
@@ -140,8 +141,8 @@ def _log_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
         # a user's "step 7 loss nan", a CUDA kernel's assertion.
         | (pl.col("level").is_null() & pl.col("msg").str.contains(_NOTABLE))
     )
-    sent = text.str.extract_groups(r"Sending process (?<pid>\d+) closing signal (?<sig>SIG\w+)")
-    failed = text.str.extract_groups(r"failed \(exitcode: (?<code>-?\d+)\) local_rank: (?<lr>\d+) \(pid: (?<pid>\d+)\)")
+    sent = extract_groups("msg", r"Sending process (?<pid>\d+) closing signal (?<sig>SIG\w+)")
+    failed = extract_groups("msg", r"failed \(exitcode: (?<code>-?\d+)\) local_rank: (?<lr>\d+) \(pid: (?<pid>\d+)\)")
     events = warnings.select(
         "rank",
         "ts",

@@ -43,6 +43,12 @@ _ASCTIME_START = r"^\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d"
 _ASCTIME_LEVEL = r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL|FATAL)\b"
 
 
+# Python logging's asctime: the capturing regex runs only on lines that start with a date
+# (built once: building it compiles the regex).
+_ASCTIME_FIELDS = (pl.when(pl.col("_head").is_null() & pl.col("text").str.contains(_ASCTIME_START)).then(pl.col("text"))
+                   .str.extract_groups(_ASCTIME))
+
+
 def sniff(head: bytes, name: str) -> bool:
     """Text: no NUL bytes and few control characters. Invalid UTF-8 (a Latin-1 log, a line cut
     mid-character) is still text; it is read with replacement characters."""
@@ -72,8 +78,7 @@ def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     first, second = where.struct.field("field_0"), where.struct.field("field_1")
     df = per_distinct(df, "_where", pl.when(second.is_not_null()).then(first).cast(pl.Int32, strict=False).alias("pid"),
                       pl.coalesce(second.str.strip_chars_start(" "), first).alias("src"))
-    # Python logging's asctime: the capturing regex runs only on lines that start with a date.
-    asc = pl.when(head.is_null() & text.str.contains(_ASCTIME_START)).then(text).str.extract_groups(_ASCTIME)
+    asc = _ASCTIME_FIELDS
     a = lambda f: asc.struct.field(f)  # noqa: E731
     asc_ts = pl.format("{} {}.{}", a("date"), a("hms"), a("frac").fill_null("0")).str.to_datetime(
         "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"
