@@ -59,26 +59,31 @@ def append(con: duckdb.DuckDBPyConnection, table: str, run_id: str, df: pl.DataF
 
 class Batcher:
     """Collects parsers' frames and appends them in large batches: a DuckDB insert costs
-    about a millisecond however small, and a job can have thousands of small files."""
+    about a millisecond however small, and a job can have thousands of small files. A batch
+    is also bounded in bytes: a graph break logged at every step of 512 ranks is a million
+    rows of long text, and what waits here is held twice while DuckDB copies it in."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, max_rows: int = 250_000):
-        self.con, self.run_id, self.max_rows = con, run_id, max_rows
+    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, max_rows: int = 250_000,
+                 max_bytes: int = 64 << 20):
+        self.con, self.run_id, self.max_rows, self.max_bytes = con, run_id, max_rows, max_bytes
         self.pending: dict[str, list[pl.DataFrame]] = {}
-        self.rows = 0
+        self.rows = self.bytes = 0
 
     def add(self, table: str, df: pl.DataFrame) -> None:
         if df.height == 0:
             return
         self.pending.setdefault(table, []).append(df)
         self.rows += df.height
-        if self.rows >= self.max_rows:
+        self.bytes += df.estimated_size()
+        if self.rows >= self.max_rows or self.bytes >= self.max_bytes:
             self.flush()
 
     def flush(self) -> None:
         for table, frames in self.pending.items():
-            append(self.con, table, self.run_id, pl.concat(frames, how="vertical_relaxed"))
+            # chunks side by side, not copied into one: DuckDB reads them through Arrow as they are
+            append(self.con, table, self.run_id, pl.concat(frames, how="vertical_relaxed", rechunk=False))
         self.pending.clear()
-        self.rows = 0
+        self.rows = self.bytes = 0
 
 
 def _schema_version(con: duckdb.DuckDBPyConnection, catalog: str) -> int:

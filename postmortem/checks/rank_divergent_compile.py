@@ -22,14 +22,40 @@ import duckdb
 _ASPECTS = ("collective schedule", "compile ids", "recompiles per frame", "guard failures", "cache hit/miss pattern")
 
 
+_LIBRARY_PATHS = ("site-packages/", "dist-packages/", "/torch/", "/lib/python3")
+
+
+def _in_user_code(code_file: str | None) -> bool:
+    return bool(code_file) and not any(m in code_file for m in _LIBRARY_PATHS)
+
+
 def _rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    """The compile records the comparison reads, in each rank's order. A job that logged the
+    same graph break at every step on 512 ranks has millions of records, almost all alike: only
+    recompiles, limits, failures, cache outcomes and collective schedules are fetched whole;
+    of the rest, each compile id's first record (and first in user code: evidence) and each
+    rank's last record."""
+    library = " OR ".join(f"contains(code_file, '{m}')" for m in _LIBRARY_PATHS)
     cur = con.execute(
-        """
-        SELECT rank, source, attempt, event, function, code_file, code_line, reason_class,
-               attrs->>'guard' AS guard, attrs->'cache' AS cache, attrs->'collectives' AS collectives,
-               ts, file, line_no
-        FROM compiles
-        WHERE run_id = ? AND rank IS NOT NULL
+        f"""
+        WITH c AS (
+            SELECT rank, source, attempt, event, function, code_file, code_line, reason_class,
+                   attrs->>'guard' AS guard, attrs->'cache' AS cache, attrs->'collectives' AS collectives,
+                   ts, file, line_no, coalesce(code_file, '') <> '' AND NOT ({library}) AS user_code
+            FROM compiles
+            WHERE run_id = ? AND rank IS NOT NULL
+        ), numbered AS (
+            SELECT *, row_number() OVER (PARTITION BY rank, source, attempt, user_code
+                                         ORDER BY ts NULLS LAST, line_no) AS nth,
+                      row_number() OVER (PARTITION BY rank, source
+                                         ORDER BY ts DESC NULLS FIRST, line_no DESC) AS from_end
+            FROM c
+        )
+        SELECT rank, source, attempt, event, function, code_file, code_line, reason_class, guard, cache,
+               collectives, ts, file, line_no
+        FROM numbered
+        WHERE event IN ('recompile', 'limit_hit', 'failure') OR cache IS NOT NULL OR collectives IS NOT NULL
+              OR nth = 1 OR from_end = 1
         ORDER BY rank, ts NULLS LAST, line_no
         """, [run_id])
     names = [d[0] for d in cur.description]
@@ -140,8 +166,7 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
             for rank in ranks:
                 rank_rows = per_rank[rank]
                 candidates = [r for r in rank_rows if r["attempt"] in extra]
-                in_user_code = [r for r in candidates if r.get("code_file") and not any(
-                    m in r["code_file"] for m in ("site-packages/", "dist-packages/", "/torch/", "/lib/python3"))]
+                in_user_code = [r for r in candidates if _in_user_code(r.get("code_file"))]
                 at = (in_user_code or candidates or rank_rows[-1:] or [{}])[0]
                 where = f"{at.get('code_file')}:{at.get('code_line')}" if at.get("code_file") else None
                 out.append({"rank": rank, "ts": at.get("ts"), "file": at.get("file"), "line": at.get("line_no"),
