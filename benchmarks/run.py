@@ -1,6 +1,7 @@
 """Benchmark: a synthesized big job to a verdict, side by side with the tools that read the same inputs.
 
     python benchmarks/run.py sample_logs/hang_dataloader --ranks 64,256,512 --pad-mb 16 --json bench.json
+    python benchmarks/run.py sample_logs/straggler_nccl --ranks 512 --pad-mb 16 --job-kineto-mb 50 --job-kineto-ranks 64
 
 For each rank count it fans the scenario out (benchmarks/synth.py), then times, each in its
 own process (wall, CPU, peak RSS from wait4):
@@ -84,6 +85,19 @@ def side_by_side(row: dict, tool: str, inputs: list[Path], command, decompress: 
     shutil.rmtree(out, ignore_errors=True)
 
 
+def profile_subset(job: Path, ranks: int, size_mb: int) -> None:
+    """Make the job look like one that profiled ``ranks`` of its ranks: their Kineto traces are
+    grown to ``size_mb`` MB each (repeated events), the other ranks' traces removed."""
+    traces = sorted(job.rglob("*.pt.trace.json*"))
+    for i, trace in enumerate(traces):
+        if i < ranks:
+            kineto_bench.build(trace, trace.with_name(trace.name.removesuffix(".gz")), size_mb)
+            if trace.suffix == ".gz":
+                trace.unlink()
+        else:
+            trace.unlink()
+
+
 def bench_one(job: Path, args) -> dict:
     files = [str(p) for p in job.rglob("*") if p.is_file()]
     kinds = input_bytes(job)
@@ -135,11 +149,16 @@ def main() -> None:
                         help="HTA side by side: grow each rank's Kineto trace to this many MB (repeated events)")
     parser.add_argument("--kineto-ranks", type=int, default=0,
                         help="HTA side by side: only this many ranks' traces (HTA holds them all in memory)")
+    parser.add_argument("--job-kineto-mb", type=int, default=0,
+                        help="whole job: grow the Kineto traces of --job-kineto-ranks ranks to this many MB, drop the rest")
+    parser.add_argument("--job-kineto-ranks", type=int, default=64)
     args = parser.parse_args()
     rows = []
     for n in [int(x) for x in args.ranks.split(",")]:
         job = args.work / f"{args.scenario.name}-{n}"
         synth.synthesize(args.scenario, job, ranks=n, pad_mb=args.pad_mb, seed=n)
+        if args.job_kineto_mb:
+            profile_subset(job, args.job_kineto_ranks, args.job_kineto_mb)
         row = bench_one(job, args)
         row["ranks"] = n
         rows.append(row)
