@@ -26,6 +26,7 @@ integer, and dropped otherwise. The step is the line's ``step N`` / ``iteration 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -39,7 +40,10 @@ from .runtime import oom_figures
 from .source import Source
 
 _ANSI = r"\x1b\[[0-9;]*m"
-_PREFILTER = r"(?i)mem|\bMA \d|CUDA memory summary"
+# Every line a figure is read from matches this (a key of _GENERIC, Megatron's "memory (MB) |",
+# torchtitan's "memory:", DeepSpeed's "MA 1.2 GB", a summary, an OOM); NCCL's "via P2P/CUMEM" doesn't.
+_PREFILTER = (r"(?i)mem(?:ory)?[_ -]?(?:alloc|res|cached|max|peak)|(?:max|peak)[_ -]?(?:gpu[_ -])?mem|memory \(|"
+              r"memory:|memory summary|out of memory|\bMA \d")
 _NUM = r"(?<v>\d+(?:\.\d+)?)"
 _UNIT_WORD = r"mb|mib|gb|gib|kb|kib|tb|tib|bytes|megabytes|gigabytes"
 _UNIT_SYM = r"[KMGT]i?B|bytes|B"
@@ -105,21 +109,15 @@ def _generic(field: str, pattern: str) -> pl.Expr:
     return _bytes(g.struct.field("v"), unit).alias(field)
 
 
-def _series_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
-    lines = own.filter(pl.col("msg").str.contains(_PREFILTER)).with_columns(
-        pl.col("msg").str.replace_all(_ANSI, "").alias("clean")
-    )
-    if lines.is_empty():
-        return frame("memory")
+@functools.cache
+def _figures() -> tuple[pl.Expr, ...]:
+    """The expressions that read figures off a line's ``clean`` text (built once per process)."""
     mega = extract_groups("clean", _MEGATRON)
     ds = extract_groups("clean", _DEEPSPEED)
     titan = extract_groups("clean", _TORCHTITAN)
-    m = lambda f: mega.struct.field(f)
-    d = lambda f: ds.struct.field(f)
-    # A figure's line repeats word for word at every step of a run that prints the same figure:
-    # the regexes run once per distinct message.
-    rows = per_distinct(
-        lines, "clean",
+    m = lambda f: mega.struct.field(f)  # noqa: E731
+    d = lambda f: ds.struct.field(f)  # noqa: E731
+    return (
         *(_generic(f, p) for f, p in _GENERIC.items()),
         _bytes(m("a"), m("u")).alias("m_a"), _bytes(m("ma"), m("u")).alias("m_ma"),
         _bytes(m("r"), m("u")).alias("m_r"), _bytes(m("mr"), m("u")).alias("m_mr"),
@@ -129,7 +127,18 @@ def _series_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
         pl.coalesce(pl.col("clean").str.extract(_MEGATRON_STEP, 1), pl.col("clean").str.extract(_STEP, 1))
         .cast(pl.Int64, strict=False).alias("step"),
         pl.col("clean").str.extract(_LINE_RANK, 1).cast(pl.Int32, strict=False).alias("_line_rank"),
-    ).select(
+    )
+
+
+def _series_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
+    lines = own.filter(pl.col("msg").str.contains(_PREFILTER)).with_columns(
+        pl.col("msg").str.replace_all(_ANSI, "").alias("clean")
+    )
+    if lines.is_empty():
+        return frame("memory")
+    # A figure's line repeats word for word at every step of a run that prints the same figure:
+    # the regexes run once per distinct message.
+    rows = per_distinct(lines, "clean", *_figures()).select(
         pl.coalesce("rank", "_line_rank").alias("rank"),
         pl.col("ts_ff").alias("ts"),
         "step",
@@ -205,9 +214,8 @@ def _summaries(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[
     yield "events", frame("events", events)
 
 
-# A chunk none of whose lines matches this is skipped before any frame work: "mem" in any case
-# (the prefilter's; the OOM and summary lines hold "memory"), and "MA ".
-LINES = r"(?i:mem)|MA "
+# A chunk none of whose lines matches this is skipped before any frame work.
+LINES = _PREFILTER
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:

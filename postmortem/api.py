@@ -113,11 +113,11 @@ def _parse_files(out: store.Batcher | _Collected, sources: list[Source]) -> list
 
 
 PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs more than it saves
-PARALLEL_MIN_FILES = 512  # ... unless there are this many files: each costs a few ms however small
+PARALLEL_MIN_FILES = 96  # ... unless this many files are parsed one by one: each costs ~30 ms of Polars work however small
 # Files smaller than this travel to a worker in batches: a task's round trip (pickling the
 # sources and the frames, the result's wake-up) costs milliseconds, as much as parsing a small log.
 BATCH_BYTES = 4 << 20
-BATCH_FILES = 256
+BATCH_FILES = 32  # ~1 s of work a task: enough tasks to keep every worker busy to the end
 
 
 class _Collected:

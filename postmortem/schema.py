@@ -247,6 +247,8 @@ def frame(table: str, rows: list[dict] | None = None) -> pl.DataFrame:
 def conform(table: str, df: pl.DataFrame) -> pl.DataFrame:
     """Select, cast and order ``df``'s columns to ``table``'s; add missing ones as NULL."""
     schema = polars_schema(table)
+    if df.height == 0:  # most parsers' sub-results are: no query for nothing
+        return pl.DataFrame(schema=schema)
     return df.select(
         [
             (pl.col(c) if c in df.columns else pl.lit(None)).cast(t, strict=False).alias(c)
