@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from .catalog import SEVERITIES, Signature
+from .checks import shared_results
 
 log = logging.getLogger(__name__)
 
@@ -169,16 +170,17 @@ def match(con: duckdb.DuckDBPyConnection, run_id: str, signatures: list[Signatur
           problems: list[tuple[str, str]] | None = None) -> list[Finding]:
     """Every signature that matches the run, ranked. A signature that fails is reported, not fatal."""
     found = []
-    for sig in signatures:
-        try:
-            rows = evidence_rows(con, sig, run_id)
-        except Exception as exc:  # a broken user signature must not stop the others
-            log.warning("signature %s failed: %s", sig.id, exc)
-            if problems is not None:
-                problems.append((sig.origin if sig.origin != "built-in" else sig.id, f"failed: {exc}"))
-            continue
-        if rows:
-            found.append(to_finding(sig, rows))
+    with shared_results():
+        for sig in signatures:
+            try:
+                rows = evidence_rows(con, sig, run_id)
+            except Exception as exc:  # a broken user signature must not stop the others
+                log.warning("signature %s failed: %s", sig.id, exc)
+                if problems is not None:
+                    problems.append((sig.origin if sig.origin != "built-in" else sig.id, f"failed: {exc}"))
+                continue
+            if rows:
+                found.append(to_finding(sig, rows))
     return rank_findings(found)
 
 

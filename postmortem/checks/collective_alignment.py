@@ -34,6 +34,7 @@ import duckdb
 
 from postmortem.engine import rank_ranges
 
+from . import once
 from .common import NOT_USER_SQL
 
 PG_SOURCES = ("flight_recorder", "watchdog")
@@ -526,7 +527,12 @@ def first_site(sites: dict[tuple[str, int], str], calls) -> str | None:
 
 
 def analyze(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Disagreement]:
-    """Every disagreement the run's collectives show, the most telling first."""
+    """Every disagreement the run's collectives show, the most telling first (computed once
+    per matching: see ``checks.shared_results``; don't change what it returns)."""
+    return list(once(("collective_alignment", id(con), run_id), lambda: _analyze(con, run_id)))
+
+
+def _analyze(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Disagreement]:
     members, descs = _groups(con, run_id)
     everyone = _all_ranks(con, run_id)
     sizes = {pg: len(r) for pg, r in members.items()}

@@ -12,6 +12,8 @@ or it never ended. Where it was comes from its py-spy dump, else its last log li
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import duckdb
 
 from postmortem.summary import rank_endings
@@ -103,9 +105,8 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     # A rank that died of its own failure never issued what came after: rank-crash's case.
     crashed = {e["rank"] for e in rank_endings(con, run_id)
                if not e["consequence"] and e["ended"] != "no failure recorded"}
-    for d in found:
-        if d.kind == "never_enqueued":
-            d.culprits = [r for r in d.culprits if r not in crashed]
+    found = [replace(d, culprits=[r for r in d.culprits if r not in crashed]) if d.kind == "never_enqueued" else d
+             for d in found]
     found = [d for d in found if d.culprits]
     if found:
         return _aligned(con, run_id, found)
