@@ -20,6 +20,7 @@ Headers seen in real PyTorch 2.11 logs:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import polars as pl
@@ -43,10 +44,12 @@ _ASCTIME_START = r"^\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d"
 _ASCTIME_LEVEL = r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL|FATAL)\b"
 
 
-# Python logging's asctime: the capturing regex runs only on lines that start with a date
-# (built once: building it compiles the regex).
-_ASCTIME_FIELDS = (pl.when(pl.col("_head").is_null() & pl.col("text").str.contains(_ASCTIME_START)).then(pl.col("text"))
-                   .str.extract_groups(_ASCTIME))
+@functools.cache
+def _asctime_fields() -> pl.Expr:
+    """Python logging's asctime: the capturing regex runs only on lines that start with a date
+    (built once per process: building it compiles the regex)."""
+    return (pl.when(pl.col("_head").is_null() & pl.col("text").str.contains(_ASCTIME_START)).then(pl.col("text"))
+            .str.extract_groups(_ASCTIME))
 
 
 def sniff(head: bytes, name: str) -> bool:
@@ -78,7 +81,7 @@ def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     first, second = where.struct.field("field_0"), where.struct.field("field_1")
     df = per_distinct(df, "_where", pl.when(second.is_not_null()).then(first).cast(pl.Int32, strict=False).alias("pid"),
                       pl.coalesce(second.str.strip_chars_start(" "), first).alias("src"))
-    asc = _ASCTIME_FIELDS
+    asc = _asctime_fields()
     a = lambda f: asc.struct.field(f)  # noqa: E731
     asc_ts = pl.format("{} {}.{}", a("date"), a("hms"), a("frac").fill_null("0")).str.to_datetime(
         "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"

@@ -82,6 +82,11 @@ def _parse_file(out: store.Batcher | _Collected, source: Source) -> dict:
     return _finish_row(row, source)
 
 
+def _batched(source: Source) -> bool:
+    """Whether the file's parser reads it into plain rows and builds frames of many at once."""
+    return hasattr(_PARSERS[source.kind], "build")
+
+
 def _parse_files(out: store.Batcher | _Collected, sources: list[Source]) -> list[dict]:
     """Parse files one by one, except those of a kind whose parser reads a file into plain rows
     (``read``) and makes frames of many at once (``build``): a flight-recorder dump costs
@@ -90,7 +95,7 @@ def _parse_files(out: store.Batcher | _Collected, sources: list[Source]) -> list
     batches: dict[str, list[tuple[dict, Source, object]]] = {}
     for source in sources:
         parser = _PARSERS[source.kind]
-        if not hasattr(parser, "build"):
+        if not _batched(source):
             rows.append(_parse_file(out, source))
             continue
         row = _file_row(source)
@@ -164,17 +169,16 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
     rows = []
     workers = min(os.cpu_count() or 1, len(sources))
     # A file read into plain rows and built with others of its kind costs microseconds, not milliseconds.
-    costly_files = sum(1 for s in sources if not hasattr(_PARSERS[s.kind], "build"))
-    if (total_bytes < PARALLEL_MIN_BYTES and costly_files < PARALLEL_MIN_FILES) or workers < 2:
-        for source in sources:
-            if hasattr(_PARSERS[source.kind], "build"):
-                continue  # read with the others of its kind, below
+    batched = [s for s in sources if _batched(s)]
+    one_by_one = [s for s in sources if not _batched(s)]
+    if (total_bytes < PARALLEL_MIN_BYTES and len(one_by_one) < PARALLEL_MIN_FILES) or workers < 2:
+        for source in one_by_one:
             if progress:
                 progress(done_files, done_bytes, total_files, total_bytes, source.name)
             rows.append(_parse_file(out, source))
             done_files += 1
             done_bytes += source.bytes
-        return rows + _parse_files(out, [s for s in sources if hasattr(_PARSERS[s.kind], "build")])
+        return rows + _parse_files(out, batched)
     # Spawned, not forked: a fork would copy Polars' and DuckDB's thread pools mid-use.
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(_parse_in_worker, task): task for task in _tasks(sources)}
