@@ -348,8 +348,7 @@ _EXCEPTION = re.compile(r"^(?P<type>torch\._(?:dynamo|inductor)\.exc\.\w+)(?::\s
 
 def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
     """The chunk's dynamo lines with compile id, artifact, body and emitter (for the block key)."""
-    cand = df.select("row", "line_no", "rank", "tee", "ts", "ts_ff", "src", "msg", "text").filter(
-        pl.col("text").str.contains(_PREFILTER))
+    cand = df.filter("wanted").select("row", "line_no", "rank", "tee", "ts", "ts_ff", "src", "msg", "text")
     if cand.is_empty():
         return cand
     msg = pl.col("msg")
@@ -510,7 +509,7 @@ def _block_rows(blocks: pl.DataFrame, file: str) -> pl.DataFrame:
     return conform("compiles", rows)
 
 
-# Every line _dynamo_lines and _exceptions look at matches this: a chunk with none is skipped.
+# Every line _dynamo_lines and _exceptions look at matches this: textlog marks them (``wanted``).
 LINES = _PREFILTER
 
 

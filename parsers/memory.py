@@ -214,13 +214,12 @@ def _summaries(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[
     yield "events", frame("events", events)
 
 
-# A chunk none of whose lines matches this is skipped before any frame work.
+# Every record starts on a line that matches this: textlog hands parse_lines only those as ``own``.
 LINES = _PREFILTER
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     """Memory samples in one chunk of lines; ``df`` adds lookahead rows to ``own``."""
-    own = own.filter(pl.col("text").str.contains(LINES))  # every record starts on such a line
     yield "memory", _series_rows(own, source)
     yield "memory", _oom_rows(own, source)
     yield from _summaries(df, own, source)

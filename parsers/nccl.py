@@ -384,9 +384,8 @@ LINES = "|".join(re.escape(m) for m in (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_ST
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
-    # Every record below starts on a line that LINES matches: one scan of the chunk narrows it
-    # to those, and each record's own test runs on the few that remain.
-    own = own.filter(pl.col("text").str.contains(LINES))
+    # Every record below starts on a line that LINES matches (all own holds): each record's
+    # own test runs on those few.
     lines = _nccl_lines(own)
     if not lines.is_empty():
         _remember_comms(lines, source)

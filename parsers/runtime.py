@@ -134,12 +134,13 @@ def _log_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
         .then(pl.lit("agent_failure"))
         .otherwise(pl.lit("log"))
     )
+    # Lines without a log header that still say something went wrong: a kernel log's Xid, a
+    # user's "step 7 loss nan", a CUDA kernel's assertion. The regex runs on those lines only.
+    notable = own.filter(pl.col("level").is_null()).filter(pl.col("msg").str.contains(_NOTABLE))["pos"]
     warnings = own.filter(
         pl.col("level").is_in(["W", "E", "F", "C"])
         | pl.col("msg").str.contains("closing signal SIG", literal=True)
-        # Lines without a log header that still say something went wrong: a kernel log's Xid,
-        # a user's "step 7 loss nan", a CUDA kernel's assertion.
-        | (pl.col("level").is_null() & pl.col("msg").str.contains(_NOTABLE))
+        | pl.col("pos").is_in(notable.implode())
     )
     sent = extract_groups("msg", r"Sending process (?<pid>\d+) closing signal (?<sig>SIG\w+)")
     failed = extract_groups("msg", r"failed \(exitcode: (?<code>-?\d+)\) local_rank: (?<lr>\d+) \(pid: (?<pid>\d+)\)")
@@ -308,10 +309,9 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator
 
 def _torchrun_failures(own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     """torchrun's ChildFailedError table: one failure per ``[rank]:`` entry."""
-    marked = own.filter(
-        pl.col("rank").is_null()
-        & (pl.col("text").str.contains(r"^\[\d+\]:$") | pl.col("text").str.contains(_TABLE_FIELD.pattern)
-           | pl.col("text").str.starts_with("Root Cause (first observed failure)"))
+    marked = own.filter(pl.col("rank").is_null()).filter(
+        pl.col("text").str.contains(r"^\[\d+\]:$") | pl.col("text").str.contains(_TABLE_FIELD.pattern)
+        | pl.col("text").str.starts_with("Root Cause (first observed failure)")
     )
     if marked.is_empty():
         return

@@ -11,6 +11,11 @@ chunk of lines gets the log header every format shares parsed once, into the col
     src    String            the emitting code location, e.g. ``ProcessGroupNCCL.cpp:689``
     msg    String            the text after the header
 
+A line parser declares ``LINES``, a regex every line it reads a record from matches, unless it
+reads every line. Such a parser is not called for a chunk none of whose own lines matches; when
+called, its ``own`` holds only the lines that match, and its ``df`` (the chunk and its lookahead,
+every line) has the Boolean column ``wanted`` that marks them.
+
 Headers seen in real PyTorch 2.11 logs:
 
     [E1129 13:33:42.672765297 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught ...
@@ -26,19 +31,19 @@ from collections.abc import Iterator
 import polars as pl
 
 from . import detail, dynamo, memory, nccl, runtime
-from .lines import LineChunk, per_distinct, read_line_chunks
+from .lines import per_distinct, read_line_chunks
 from .source import Source
 
 KIND = "text_log"
 LINE_PARSERS = (runtime, nccl, detail, dynamo, memory)
 
-# The glog / c10 header, matched without capture groups (a DFA scan): where it ends is where
-# the message starts, and its fields sit at fixed offsets or between its spaces. Its
-# ``[IWEFCVD]`` level letter is column 0 once an opening ``[`` is dropped.
+# The glog / c10 header. Nothing in it before its closing "]" can be a "]": the first "]" of a
+# line ends the header if the line has one, and the text up to it is checked against the whole
+# pattern (a short string: the message is never scanned by the regex).
 #   [level][mm][dd] [hh:mm:ss].[frac] +[pid +]src:line] msg
-# _GLOG_TIME is the header up to the end of the time.
-_GLOG_HEAD = r"^\[?[IWEFCVD]\d{4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d+)? +[^\s\]]+:\d+\] ?"
-_GLOG_TIME = r"^\[?[IWEFCVD]\d{4} \d\d:\d\d:\d\d\.\d{1,9} +"
+_GLOG_HEAD = r"^\[?[IWEFCVD]\d{4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d+)? +[^\s\]]+:\d+\]$"
+# A header is far shorter than this: a "]" further in is not one's end.
+_GLOG_MAX = 512
 _ASCTIME = r"^(?<date>\d{4}-\d\d-\d\d)[ T_](?<hms>\d\d:\d\d:\d\d)(?:[,.](?<frac>\d{1,6}))?\s*(?<msg>.*)$"
 _ASCTIME_START = r"^\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d"
 _ASCTIME_LEVEL = r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL|FATAL)\b"
@@ -66,21 +71,27 @@ def sniff(head: bytes, name: str) -> bool:
 def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     """Add level, ts, pid, src and msg parsed from each line's log header."""
     text = pl.col("text")
-    df = df.with_columns(text.str.replace(_GLOG_HEAD, "").alias("_gmsg"))
-    head_len = text.str.len_chars() - pl.col("_gmsg").str.len_chars()
-    df = df.with_columns(pl.when(head_len > 0).then(text.str.head(head_len)).alias("_head"))
+    close = text.str.find("]", literal=True)
+    df = df.with_columns(pl.when(close < _GLOG_MAX).then(text.str.head(close + 1)).alias("_head"))
     head = pl.col("_head")
-    # "[I1129 13:33:42.672765297 " is the time; what follows, "[pid ]src:line] ", repeats over
-    # thousands of lines and is taken apart once per distinct value.
-    df = df.with_columns(head.str.replace(_GLOG_TIME, "").alias("_where"))
-    start = pl.when(head.str.starts_with("[")).then(2).otherwise(1)
-    stamp = head.str.slice(start, head.str.len_chars() - pl.col("_where").str.len_chars() - start)
-    glog_ts = pl.concat_str(pl.lit(str(year)), stamp.str.strip_chars_end(" ")).str.strptime(
-        pl.Datetime("us"), "%Y%m%d %H:%M:%S%.f", strict=False)
-    where = pl.col("_where").str.strip_suffix(" ").str.strip_suffix("]").str.splitn(" ", 2)
+    df = df.with_columns(pl.when(head.str.contains(_GLOG_HEAD)).then(head).alias("_head"))
+    # "[I1129 13:33:42.672765297 " is the time (its fraction has 1 to 9 digits); what follows,
+    # "[pid ]src:line]", repeats over thousands of lines and is taken apart once per distinct value.
+    start = pl.when(head.str.starts_with("[")).then(1).otherwise(0)
+    fraction = head.str.slice(start + 15)  # "672765297 ProcessGroupNCCL.cpp:689]"
+    digits = fraction.str.find(" ", literal=True)
+    df = df.with_columns(
+        head.str.slice(start + 1, 14 + digits).alias("_stamp"),
+        fraction.str.slice(digits).str.strip_chars_start(" ").str.strip_suffix("]").alias("_where"),
+        # the message starts after the header and the one space that follows it
+        (head.str.len_chars() + (text.str.slice(head.str.len_chars(), 1) == " ").cast(pl.UInt32)).alias("_skip"),
+    )
+    where = pl.col("_where").str.splitn(" ", 2)
     first, second = where.struct.field("field_0"), where.struct.field("field_1")
     df = per_distinct(df, "_where", pl.when(second.is_not_null()).then(first).cast(pl.Int32, strict=False).alias("pid"),
                       pl.coalesce(second.str.strip_chars_start(" "), first).alias("src"))
+    glog_ts = pl.concat_str(pl.lit(str(year)), pl.col("_stamp")).str.strptime(
+        pl.Datetime("us"), "%Y%m%d %H:%M:%S%.f", strict=False)
     asc = _asctime_fields()
     a = lambda f: asc.struct.field(f)  # noqa: E731
     asc_ts = pl.format("{} {}.{}", a("date"), a("hms"), a("frac").fill_null("0")).str.to_datetime(
@@ -88,31 +99,28 @@ def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     )
     asc_level = a("msg").str.extract(_ASCTIME_LEVEL, 1).str.slice(0, 1)
     return df.with_columns(
-        pl.coalesce(head.str.strip_prefix("[").str.slice(0, 1), asc_level).alias("level"),
+        pl.coalesce(head.str.slice(start, 1), asc_level).alias("level"),
         pl.coalesce(glog_ts, asc_ts).alias("ts"),
-        pl.when(head.is_not_null()).then(pl.col("_gmsg")).otherwise(pl.coalesce(a("msg"), text)).alias("msg"),
-    ).drop("_gmsg", "_head", "_where")
+        pl.when(head.is_not_null()).then(text.str.slice(pl.col("_skip"))).otherwise(pl.coalesce(a("msg"), text)).alias("msg"),
+    ).drop("_head", "_stamp", "_where", "_skip")
 
 
-def _wanted(chunk: LineChunk) -> list:
-    """The line parsers that can find something in the chunk: one that declares ``LINES`` (a
-    regex every line it reads matches) is skipped when none of the chunk's own lines does.
-    One scan per parser, all in one Polars query, before any header is parsed."""
-    screened = [p for p in LINE_PARSERS if hasattr(p, "LINES")]
-    found = chunk.own_frame.select(
-        *(pl.col("text").str.contains(p.LINES).any().alias(p.__name__) for p in screened)
-    ).row(0, named=True)
-    return [p for p in LINE_PARSERS if found.get(p.__name__, True)]
+def _line_masks(df: pl.DataFrame) -> pl.DataFrame:
+    """For each line parser that declares ``LINES`` (a regex every line it reads matches), whether
+    each line matches it: one scan per parser, all in one query, before any header is parsed."""
+    return df.select(pl.col("text").str.contains(p.LINES).alias(p.__name__) for p in LINE_PARSERS if hasattr(p, "LINES"))
 
 
 def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     last_ts = None
     skip = list(source.tee_ranks_elsewhere)
     for chunk in read_line_chunks(source.path):
-        parsers = _wanted(chunk)
         df = chunk.frame.with_row_index("row")
         if skip:
             df = df.filter(~(pl.col("tee") & pl.col("rank").is_in(skip)))
+        # Rows [0, own) of the chunk come first: its own lines are a head of the frame.
+        own_rows = df.height if chunk.own == chunk.frame.height else int((df["row"] < chunk.own).sum())
+        masks = _line_masks(df)
         df = with_headers(df.with_row_index("pos"), source.year)
         if source.rank is not None and df["rank"].null_count():
             df = df.with_columns(pl.col("rank").fill_null(source.rank))
@@ -120,10 +128,15 @@ def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
         if last_ts is not None:
             ts_ff = ts_ff.fill_null(pl.lit(last_ts, dtype=pl.Datetime("us")))
         df = df.with_columns(ts_ff.alias("ts_ff"), pl.col("ts").backward_fill().alias("ts_bf"))
-        # Rows [0, own) of the chunk come first: its own lines are a zero-copy head of the frame.
-        own = df if chunk.own == chunk.frame.height else df.head(int((df["row"] < chunk.own).sum()))
+        own = df.head(own_rows)
         if own.height:
             last_ts = own["ts_ff"][-1]
             source.lines = int(own["line_no"][-1])
-        for parser in parsers:
-            yield from parser.parse_lines(df, own, source)
+        for parser in LINE_PARSERS:
+            if parser.__name__ not in masks.columns:
+                yield from parser.parse_lines(df, own, source)
+                continue
+            wanted = masks[parser.__name__]
+            if wanted.head(own_rows).any():
+                narrowed = df.with_columns(wanted.alias("wanted"))
+                yield from parser.parse_lines(narrowed, narrowed.head(own_rows).filter("wanted"), source)
