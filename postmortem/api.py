@@ -9,6 +9,7 @@ Data flows one way: discover -> parse -> load (staging DuckDB) -> summarize -> p
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -161,6 +162,21 @@ def _tasks(sources: list[Source]) -> list[list[Source]]:
     return tasks
 
 
+@contextlib.contextmanager
+def _one_thread_per_worker():
+    """Workers spawned inside see POLARS_MAX_THREADS=1: each parses files of its own, and Polars'
+    threads within one would contend with the other workers for the same cores (~20% more CPU)."""
+    before = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["POLARS_MAX_THREADS"]
+        else:
+            os.environ["POLARS_MAX_THREADS"] = before
+
+
 def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progress | None) -> list[dict]:
     """Parse every file: in this process for a small job, across all cores for a big one."""
     sources = found.sources
@@ -180,7 +196,8 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
             done_bytes += source.bytes
         return rows + _parse_files(out, batched)
     # Spawned, not forked: a fork would copy Polars' and DuckDB's thread pools mid-use.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with _one_thread_per_worker(), ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(_parse_in_worker, task): task for task in _tasks(sources)}
         for future in as_completed(futures):
             # popped: a finished future keeps its result, every parsed frame of the job otherwise
