@@ -35,7 +35,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame
 
-from .lines import extract_groups, per_distinct
+from .lines import extract_groups
 from .runtime import is_user_frame
 from .source import Source
 
@@ -351,14 +351,13 @@ def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
     cand = df.filter("wanted").select("row", "line_no", "rank", "tee", "ts", "ts_ff", "src", "msg", "text")
     if cand.is_empty():
         return cand
-    msg = pl.col("msg")
     has_header = pl.col("src").is_not_null()
     headless = cand.select((~has_header).sum()).item()
-    glog = (cand.filter(has_header) if headless else cand).with_columns(msg.str.replace(_MSG_PREFIX, "").alias("body"))
-    glog = glog.with_columns(msg.str.head(msg.str.len_chars() - pl.col("body").str.len_chars()).alias("_prefix"))
-    m = extract_groups("_prefix", _MSG_FIELDS)
-    glog = per_distinct(glog, "_prefix", m.struct.field("cid").alias("cid"), m.struct.field("art").alias("art")).select(
-        *cand.columns, "cid", "art", "body", pl.col("src").alias("emitter"))
+    glog = cand.filter(has_header) if headless else cand
+    # A graph break or recompile is logged again at every step and on every rank, word for word:
+    # a message is taken apart once, however often it repeats.
+    glog = glog.join(_message_fields(glog.select(pl.col("msg").unique())), on="msg", how="left",
+                     maintain_order="left").select(*cand.columns, "cid", "art", "body", "kind", pl.col("src").alias("emitter"))
     when = pl.coalesce(pl.col("ts"), pl.col("ts_ff")).alias("when")
     if not headless:
         return glog.with_columns(when)
@@ -370,8 +369,18 @@ def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(pl.format("{}.{}", field("date"), field("ms")).str.to_datetime(
             "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"), pl.col("ts")).alias("ts"),
         field("logger").alias("emitter"),
-    ).filter(pl.col("emitter").is_not_null())
+    ).filter(pl.col("emitter").is_not_null()).with_columns(_kind().alias("kind")).select(glog.columns)
     return pl.concat([glog, other], how="vertical_relaxed").sort("row").with_columns(when)
+
+
+def _message_fields(messages: pl.DataFrame) -> pl.DataFrame:
+    """Each glog message's compile id, artifact, body (what follows them) and block kind."""
+    msg = pl.col("msg")
+    fields = messages.with_columns(msg.str.replace(_MSG_PREFIX, "").alias("body"))
+    prefix = extract_groups("_prefix", _MSG_FIELDS)
+    return fields.with_columns(msg.str.head(msg.str.len_chars() - pl.col("body").str.len_chars()).alias("_prefix")).select(
+        "msg", "body", prefix.struct.field("cid").alias("cid"), prefix.struct.field("art").alias("art"),
+    ).with_columns(_kind().alias("kind"))
 
 
 def _kind() -> pl.Expr:
@@ -397,7 +406,6 @@ def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
     key = ["rank", "tee", "cid", "stream"]
     dyn = dyn.with_columns(
         pl.coalesce(pl.col("art"), pl.col("emitter"), pl.lit("")).alias("stream"),
-        _kind().alias("kind"),
     ).with_columns(pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over(key).alias("block"))
     return (
         dyn.filter(pl.col("block") > 0)

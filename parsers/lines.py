@@ -71,7 +71,7 @@ def per_distinct(df: pl.DataFrame, key: str, *exprs: pl.Expr) -> pl.DataFrame:
     return df.join(values, on=key, how="left", maintain_order="left", nulls_equal=True)
 
 
-_PREFIXES = r"^(?:\[[A-Za-z_]+\d+\]:){1,2}"
+_PREFIXES = r"^((?:\[[A-Za-z_]+\d+\]:){1,2})"
 # A byte no log line holds in practice: the CSV reader's separator when it splits lines.
 _NO_SEPARATOR = b"\x1f"
 
@@ -99,15 +99,14 @@ def line_series(data: bytes) -> pl.Series:
 def split_lines(data: bytes | str, first_line_no: int) -> pl.DataFrame:
     """The lines of ``data`` (which holds no partial line but perhaps the last) as a frame.
 
-    The prefixes are stripped with one regex replace (a DFA scan: no capture groups per line);
-    the rank and tee flag are parsed once per distinct prefix (a log has a handful) and joined.
+    The prefixes are found with one anchored regex and sliced off; the rank and tee flag are
+    parsed once per distinct prefix (a log has a handful) and joined.
     """
     if isinstance(data, str):
         data = data.encode("utf-8", errors="replace")
-    df = pl.DataFrame({"raw": line_series(data)}).with_columns(pl.col("raw").str.replace(_PREFIXES, "").alias("text"))
-    df = df.with_columns(
-        pl.col("raw").str.head(pl.col("raw").str.len_chars() - pl.col("text").str.len_chars()).alias("prefix")
-    )
+    raw = pl.col("raw")
+    df = pl.DataFrame({"raw": line_series(data)}).with_columns(raw.str.extract(_PREFIXES, 1).fill_null("").alias("prefix"))
+    df = df.with_columns(raw.str.slice(pl.col("prefix").str.len_bytes()).alias("text"))  # an ASCII prefix: bytes are chars
     parts = extract_groups("prefix", _PREFIX)
     n1 = parts.struct.field("n1").cast(pl.Int32, strict=False)
     n2 = parts.struct.field("n2").cast(pl.Int32, strict=False)

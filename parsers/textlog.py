@@ -37,13 +37,12 @@ from .source import Source
 KIND = "text_log"
 LINE_PARSERS = (runtime, nccl, detail, dynamo, memory)
 
-# The glog / c10 header. Nothing in it before its closing "]" can be a "]": the first "]" of a
-# line ends the header if the line has one, and the text up to it is checked against the whole
-# pattern (a short string: the message is never scanned by the regex).
+# The glog / c10 header, matched without capture groups (a DFA scan that stops where the header
+# does). Nothing in it before its closing "]" can be a "]", so the first "]" of a line that has
+# one ends it; its fields sit at fixed offsets or between its spaces. ASCII throughout, so
+# Polars' byte offsets (find) and character offsets (slice) agree.
 #   [level][mm][dd] [hh:mm:ss].[frac] +[pid +]src:line] msg
-_GLOG_HEAD = r"^\[?[IWEFCVD]\d{4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d+)? +[^\s\]]+:\d+\]$"
-# A header is far shorter than this: a "]" further in is not one's end.
-_GLOG_MAX = 512
+_GLOG_HEAD = r"^\[?[IWEFCVD]\d{4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d+)? +[!-\\^-~]+:\d+\]"
 _ASCTIME = r"^(?<date>\d{4}-\d\d-\d\d)[ T_](?<hms>\d\d:\d\d:\d\d)(?:[,.](?<frac>\d{1,6}))?\s*(?<msg>.*)$"
 _ASCTIME_START = r"^\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d"
 _ASCTIME_LEVEL = r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL|FATAL)\b"
@@ -53,7 +52,7 @@ _ASCTIME_LEVEL = r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL|FATAL)\b"
 def _asctime_fields() -> pl.Expr:
     """Python logging's asctime: the capturing regex runs only on lines that start with a date
     (built once per process: building it compiles the regex)."""
-    return (pl.when(pl.col("_head").is_null() & pl.col("text").str.contains(_ASCTIME_START)).then(pl.col("text"))
+    return (pl.when(pl.col("_close").is_null() & pl.col("text").str.contains(_ASCTIME_START)).then(pl.col("text"))
             .str.extract_groups(_ASCTIME))
 
 
@@ -71,21 +70,21 @@ def sniff(head: bytes, name: str) -> bool:
 def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     """Add level, ts, pid, src and msg parsed from each line's log header."""
     text = pl.col("text")
-    close = text.str.find("]", literal=True)
-    df = df.with_columns(pl.when(close < _GLOG_MAX).then(text.str.head(close + 1)).alias("_head"))
-    head = pl.col("_head")
-    df = df.with_columns(pl.when(head.str.contains(_GLOG_HEAD)).then(head).alias("_head"))
-    # "[I1129 13:33:42.672765297 " is the time (its fraction has 1 to 9 digits); what follows,
-    # "[pid ]src:line]", repeats over thousands of lines and is taken apart once per distinct value.
-    start = pl.when(head.str.starts_with("[")).then(1).otherwise(0)
-    fraction = head.str.slice(start + 15)  # "672765297 ProcessGroupNCCL.cpp:689]"
-    digits = fraction.str.find(" ", literal=True)
+    # Offsets first, as columns: a slice whose bounds are expressions recomputes them per use.
     df = df.with_columns(
-        head.str.slice(start + 1, 14 + digits).alias("_stamp"),
-        fraction.str.slice(digits).str.strip_chars_start(" ").str.strip_suffix("]").alias("_where"),
-        # the message starts after the header and the one space that follows it
-        (head.str.len_chars() + (text.str.slice(head.str.len_chars(), 1) == " ").cast(pl.UInt32)).alias("_skip"),
+        pl.when(text.str.contains(_GLOG_HEAD)).then(text.str.find("]", literal=True)).alias("_close"),
+        text.str.starts_with("[").cast(pl.Int64).alias("_start"),
+        # where the time ends: its fraction (1 to 9 digits) starts at 15, or 16 after a "["
+        (text.str.slice(16, 10).str.find(" ", literal=True) + 16).alias("_time_end"),
     )
+    close, start, time_end = pl.col("_close"), pl.col("_start"), pl.col("_time_end")
+    glog = close.is_not_null()
+    df = df.with_columns(
+        pl.when(glog).then(text.str.slice(start + 1, time_end - start - 1)).alias("_stamp"),  # "1129 13:33:42.672765297"
+        pl.when(glog).then(text.str.slice(time_end, close - time_end).str.strip_chars_start(" ")).alias("_where"),
+        pl.when(glog).then(text.str.slice(start, 1)).alias("_level"),
+    )
+    # "[pid ]src:line" repeats over thousands of lines: taken apart once per distinct value.
     where = pl.col("_where").str.splitn(" ", 2)
     first, second = where.struct.field("field_0"), where.struct.field("field_1")
     df = per_distinct(df, "_where", pl.when(second.is_not_null()).then(first).cast(pl.Int32, strict=False).alias("pid"),
@@ -99,10 +98,12 @@ def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     )
     asc_level = a("msg").str.extract(_ASCTIME_LEVEL, 1).str.slice(0, 1)
     return df.with_columns(
-        pl.coalesce(head.str.slice(start, 1), asc_level).alias("level"),
+        pl.coalesce(pl.col("_level"), asc_level).alias("level"),
         pl.coalesce(glog_ts, asc_ts).alias("ts"),
-        pl.when(head.is_not_null()).then(text.str.slice(pl.col("_skip"))).otherwise(pl.coalesce(a("msg"), text)).alias("msg"),
-    ).drop("_head", "_stamp", "_where", "_skip")
+        # the message starts after the header and the one space that follows it
+        pl.when(glog).then(text.str.slice(close + 1).str.strip_prefix(" ")).otherwise(pl.coalesce(a("msg"), text))
+        .alias("msg"),
+    ).drop("_close", "_start", "_time_end", "_stamp", "_where", "_level")
 
 
 def _line_masks(df: pl.DataFrame) -> pl.DataFrame:
