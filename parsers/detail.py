@@ -25,7 +25,6 @@ import polars as pl
 from postmortem.schema import conform
 
 from .lines import extract_groups
-from .source import Source
 
 _FP = "CollectiveFingerPrint("
 _MISMATCH = "Detected mismatch between collectives on ranks"
@@ -55,7 +54,7 @@ def _fingerprint(fp: pl.Expr) -> dict[str, pl.Expr]:
     }
 
 
-def _rows(lines: pl.DataFrame, rank: pl.Expr, fp: pl.Expr, state: str, source: Source) -> pl.DataFrame:
+def _rows(lines: pl.DataFrame, rank: pl.Expr, fp: pl.Expr, state: str) -> pl.DataFrame:
     fields = _fingerprint(fp)
     return conform("collectives", lines.select(
         rank.cast(pl.Int32, strict=False).alias("rank"),
@@ -64,7 +63,7 @@ def _rows(lines: pl.DataFrame, rank: pl.Expr, fp: pl.Expr, state: str, source: S
         pl.lit(state).alias("state"),
         pl.col("ts_ff").alias("t_created"),
         "line_no",
-        pl.lit(source.name).alias("file"),
+        "file",
     ))
 
 
@@ -72,21 +71,21 @@ def _rows(lines: pl.DataFrame, rank: pl.Expr, fp: pl.Expr, state: str, source: S
 LINES = re.escape(_FP)
 
 
-def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
     lines = own.filter(pl.col("msg").str.contains(_FP, literal=True))
     if lines.is_empty():
         return
     running = lines.filter(pl.col("msg").str.contains(_RUNNING, literal=True))
     own_rank = pl.coalesce(pl.col("rank"), pl.col("msg").str.extract(r"\[Rank (\d+)\]", 1).cast(pl.Int32, strict=False))
-    parts = [_rows(running, own_rank, pl.col("msg").str.split(_RUNNING).list.last(), "scheduled", source)]
+    parts = [_rows(running, own_rank, pl.col("msg").str.split(_RUNNING).list.last(), "scheduled")]
     mismatch = lines.filter(pl.col("msg").str.contains(_MISMATCH, literal=True)).with_columns(
         extract_groups("msg", _PAIR).alias("pair")).unnest("pair").filter(pl.col("fp_a").is_not_null())
     if not mismatch.is_empty():
         # The rank that raised names itself first; its peer second.
-        parts.append(_rows(mismatch, pl.col("rank_a"), pl.col("fp_a"), "scheduled", source))
-        parts.append(_rows(mismatch, pl.col("rank_b"), pl.col("fp_b"), "scheduled", source))
+        parts.append(_rows(mismatch, pl.col("rank_a"), pl.col("fp_a"), "scheduled"))
+        parts.append(_rows(mismatch, pl.col("rank_b"), pl.col("fp_b"), "scheduled"))
     rows = pl.concat(parts)
     # One fingerprint per rank and sequence number: the exception is printed again by
     # torchrun's error table and by the traceback's re-raise.
-    yield "collectives", rows.unique(subset=["rank", "seq_id", "op", "numel_in", "dtypes", "state"], keep="first",
+    yield "collectives", rows.unique(subset=["file", "rank", "seq_id", "op", "numel_in", "dtypes", "state"], keep="first",
                                      maintain_order=True)

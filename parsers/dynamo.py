@@ -37,7 +37,6 @@ from postmortem.schema import conform, frame
 
 from .lines import extract_groups
 from .runtime import is_user_frame
-from .source import Source
 
 MAX_REASON = 1000
 EXCEPTION_LOOKAHEAD = 80
@@ -348,7 +347,7 @@ _EXCEPTION = re.compile(r"^(?P<type>torch\._(?:dynamo|inductor)\.exc\.\w+)(?::\s
 
 def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
     """The chunk's dynamo lines with compile id, artifact, body and emitter (for the block key)."""
-    cand = df.filter("wanted").select("row", "line_no", "rank", "tee", "ts", "ts_ff", "src", "msg", "text")
+    cand = df.filter("wanted").select("file", "row", "line_no", "rank", "tee", "ts", "ts_ff", "src", "msg", "text")
     if cand.is_empty():
         return cand
     has_header = pl.col("src").is_not_null()
@@ -403,7 +402,7 @@ def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
     """One row per block (a start line and the lines of its stream up to the next start)."""
     # Artifact lines of one compile id form one stream whatever line of torch emitted them (a guard
     # dump comes from three); other lines are grouped by their emitting source line.
-    key = ["rank", "tee", "cid", "stream"]
+    key = ["file", "rank", "tee", "cid", "stream"]
     dyn = dyn.with_columns(
         pl.coalesce(pl.col("art"), pl.col("emitter"), pl.lit("")).alias("stream"),
     ).with_columns(pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over(key).alias("block"))
@@ -415,16 +414,16 @@ def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _exceptions(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> list[dict]:
+def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
     """``torch._dynamo.exc.Unsupported: ...`` raised to the user (fullgraph=True, a backend failure)."""
     starts = own.filter(pl.col("level").is_null() & pl.col("text").str.contains(r"^\s*torch\._(?:dynamo|inductor)\.exc\."))
     rows = []
-    for start in starts.select("pos", "line_no", "rank", "tee", "text", "ts_ff").to_dicts():
+    for start in starts.select("file", "pos", "line_no", "rank", "tee", "text", "ts_ff").to_dicts():
         m = _EXCEPTION.match(start["text"].strip())
         if not m:
             continue
         block = df.slice(start["pos"] + 1, EXCEPTION_LOOKAHEAD).filter(
-            (pl.col("rank").eq_missing(start["rank"])) & (pl.col("tee") == start["tee"])
+            (pl.col("file") == start["file"]) & pl.col("rank").eq_missing(start["rank"]) & (pl.col("tee") == start["tee"])
         )["text"].to_list()
         following = []
         for line in block:
@@ -452,7 +451,7 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> list[dic
                      "code_file": frames[-1]["file"] if frames else None,
                      "code_line": frames[-1]["line"] if frames else None,
                      "user_frame": frame_text(user) if user else None,
-                     "file": source.name, "line_no": start["line_no"], "source": "torch_logs",
+                     "file": start["file"], "line_no": start["line_no"], "source": "torch_logs",
                      "attrs": _attrs(exception_type=m["type"])})
     return rows
 
@@ -494,7 +493,7 @@ def _frame_id(cid: str | None) -> int | None:
     return int(frame_id[1]) if frame_id else None
 
 
-def _block_rows(blocks: pl.DataFrame, file: str) -> pl.DataFrame:
+def _block_rows(blocks: pl.DataFrame) -> pl.DataFrame:
     """A ``compiles`` row per block. A block's text is parsed once however often it repeats (a
     graph break logged at every step, every rank's copy in a console): Python runs once per
     distinct block, and the parsed fields are joined back onto every block that holds it."""
@@ -511,8 +510,7 @@ def _block_rows(blocks: pl.DataFrame, file: str) -> pl.DataFrame:
                     nulls_equal=True)
         .join(fields, on="_d", how="inner", maintain_order="left")
         .join(cids, on="cid", how="left", maintain_order="left", nulls_equal=True)
-        .with_columns(pl.col("cid").alias("attempt"), pl.col("when").alias("ts"), pl.lit("torch_logs").alias("source"),
-                      pl.lit(file).alias("file"))
+        .with_columns(pl.col("cid").alias("attempt"), pl.col("when").alias("ts"), pl.lit("torch_logs").alias("source"))
     )
     return conform("compiles", rows)
 
@@ -521,14 +519,14 @@ def _block_rows(blocks: pl.DataFrame, file: str) -> pl.DataFrame:
 LINES = _PREFILTER
 
 
-def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
     """The compile records that start in this chunk; ``df`` adds lookahead rows to ``own``."""
     if own.is_empty():
         return
     last_own_row = own["row"].max()
     dyn = _dynamo_lines(df)
     if not dyn.is_empty():
-        yield "compiles", _block_rows(_blocks(dyn).filter(pl.col("row") <= last_own_row), source.name)
-    exceptions = _exceptions(df, own, source)
+        yield "compiles", _block_rows(_blocks(dyn).filter(pl.col("row") <= last_own_row))
+    exceptions = _exceptions(df, own)
     if exceptions:
         yield "compiles", frame("compiles", exceptions)

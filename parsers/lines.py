@@ -48,6 +48,16 @@ class LineChunk:
         return self.frame.head(self.own)
 
 
+def is_gzip(path: Path) -> bool:
+    """Whether the file holds a gzip stream (by magic number); False for one that cannot be
+    opened, whose parse then says why."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
 def open_binary(path: Path) -> io.BufferedIOBase:
     """The file's bytes, gunzipped when it is gzip (by magic number, not by name)."""
     fh = open(path, "rb")

@@ -37,7 +37,6 @@ from postmortem.schema import conform, frame
 
 from .lines import extract_groups, per_distinct
 from .runtime import oom_figures
-from .source import Source
 
 _ANSI = r"\x1b\[[0-9;]*m"
 # Every line a figure is read from matches this (a key of _GENERIC, Megatron's "memory (MB) |",
@@ -130,7 +129,7 @@ def _figures() -> tuple[pl.Expr, ...]:
     )
 
 
-def _series_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
+def _series_rows(own: pl.DataFrame) -> pl.DataFrame:
     lines = own.filter(pl.col("msg").str.contains(_PREFILTER)).with_columns(
         pl.col("msg").str.replace_all(_ANSI, "").alias("clean")
     )
@@ -139,6 +138,7 @@ def _series_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
     # A figure's line repeats word for word at every step of a run that prints the same figure:
     # the regexes run once per distinct message.
     rows = per_distinct(lines, "clean", *_figures()).select(
+        "file",
         pl.coalesce("rank", "_line_rank").alias("rank"),
         pl.col("ts_ff").alias("ts"),
         "step",
@@ -150,14 +150,14 @@ def _series_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
     ).filter(
         pl.any_horizontal(pl.col("allocated", "reserved", "peak_allocated", "peak_reserved").is_not_null())
     )
-    return conform("memory", rows.with_columns(pl.lit("log").alias("source"), pl.lit(source.name).alias("file")))
+    return conform("memory", rows.with_columns(pl.lit("log").alias("source")))
 
 
-def _oom_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
+def _oom_rows(own: pl.DataFrame) -> pl.DataFrame:
     """The allocator's state in each CUDA OOM message, as a memory sample of source ``oom``."""
     hits = own.filter(pl.col("msg").str.contains("CUDA out of memory", literal=True))
     rows = []
-    for r in hits.select("rank", "ts_ff", "line_no", "msg").to_dicts():
+    for r in hits.select("file", "rank", "ts_ff", "line_no", "msg").to_dicts():
         f = oom_figures(r["msg"])
         allocated = f.get("allocated_by_pytorch")
         if allocated is None:
@@ -166,7 +166,7 @@ def _oom_rows(own: pl.DataFrame, source: Source) -> pl.DataFrame:
         if reserved is None and f.get("reserved_unallocated") is not None:
             reserved = allocated + f["reserved_unallocated"]
         rows.append({"rank": r["rank"], "ts": r["ts_ff"], "line_no": r["line_no"], "allocated": allocated,
-                     "reserved": reserved, "source": "oom", "file": source.name})
+                     "reserved": reserved, "source": "oom", "file": r["file"]})
     return frame("memory", rows)
 
 
@@ -178,17 +178,17 @@ def _size(text: str) -> int | None:
     return int(float(m[1]) * _MULT.get(unit, _MULT.get(unit[:1], 1)))
 
 
-def _summaries(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+def _summaries(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
     """``torch.cuda.memory_summary()`` blocks: one memory row and one event per block."""
     starts = own.filter(pl.col("msg").str.contains(_SUMMARY_HEAD))
     if starts.is_empty():
         return
     memory, events = [], []
-    for start in starts.select("pos", "rank", "ts_ff", "line_no", "msg").to_dicts():
+    for start in starts.select("file", "pos", "rank", "ts_ff", "line_no", "msg").to_dicts():
         device = int(re.search(_SUMMARY_HEAD, start["msg"])[1])
         figures: dict[str, int | None] = {"device": device}
-        block = df.slice(start["pos"] + 1, _SUMMARY_LINES).filter(
-            (pl.col("rank") == start["rank"]) if start["rank"] is not None else pl.col("rank").is_null())
+        same_rank = (pl.col("rank") == start["rank"]) if start["rank"] is not None else pl.col("rank").is_null()
+        block = df.slice(start["pos"] + 1, _SUMMARY_LINES).filter((pl.col("file") == start["file"]) & same_rank)
         for text in block["msg"].to_list():
             text = text.strip()
             if "memory summary, device ID" in text:
@@ -206,8 +206,8 @@ def _summaries(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[
         memory.append({"rank": start["rank"], "ts": start["ts_ff"], "line_no": start["line_no"],
                        "allocated": figures.get("allocated_current"), "reserved": figures.get("reserved_current"),
                        "peak_allocated": figures.get("allocated_peak"), "peak_reserved": figures.get("reserved_peak"),
-                       "device": device, "source": "log", "file": source.name})
-        events.append({"rank": start["rank"], "ts": start["ts_ff"], "file": source.name, "line_no": start["line_no"],
+                       "device": device, "source": "log", "file": start["file"]})
+        events.append({"rank": start["rank"], "ts": start["ts_ff"], "file": start["file"], "line_no": start["line_no"],
                        "level": "I", "kind": "memory_summary", "message": start["msg"].strip(" |")[:2000],
                        "attrs": json.dumps(figures)})
     yield "memory", frame("memory", memory)
@@ -218,8 +218,8 @@ def _summaries(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[
 LINES = _PREFILTER
 
 
-def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
     """Memory samples in one chunk of lines; ``df`` adds lookahead rows to ``own``."""
-    yield "memory", _series_rows(own, source)
-    yield "memory", _oom_rows(own, source)
-    yield from _summaries(df, own, source)
+    yield "memory", _series_rows(own)
+    yield "memory", _oom_rows(own)
+    yield from _summaries(df, own)

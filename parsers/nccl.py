@@ -43,7 +43,6 @@ import polars as pl
 from postmortem.schema import conform, json_attrs
 
 from .lines import extract_groups
-from .source import Source
 
 _NCCL = (
     r"^(?:\[[\d\- :.,]+\] )?(?<host>[^\s:\[\]]+):(?<npid>\d+):(?<tid>\d+) \[(?<dev>\d+)\] "
@@ -105,9 +104,10 @@ _STATUS = (
 )
 
 
-def _state(source: Source) -> dict:
-    """What this file's earlier chunks taught: communicator ids, and lines counted per comm."""
-    return vars(source).setdefault("_nccl", {"comms": {}, "counts": {}})
+def _state(state: dict) -> dict:
+    """What earlier chunks of a file taught: communicator ids, and lines counted per comm (keyed
+    by file, pid and comm)."""
+    return state.setdefault("nccl", {"comms": {}, "counts": {}})
 
 
 def _error_class(text: pl.Expr) -> pl.Expr:
@@ -128,7 +128,7 @@ def _nccl_lines(own: pl.DataFrame) -> pl.DataFrame:
     ).unnest("n").filter(pl.col("host").is_not_null())
 
 
-def _nccl_events(lines: pl.DataFrame, source: Source) -> pl.DataFrame:
+def _nccl_events(lines: pl.DataFrame) -> pl.DataFrame:
     init = extract_groups("nmsg", _INIT)
     kept = lines.filter(
         (pl.col("nlevel") != "INFO") | pl.col("nmsg").str.contains(" - Init COMPLETE", literal=True)
@@ -152,42 +152,43 @@ def _nccl_events(lines: pl.DataFrame, source: Source) -> pl.DataFrame:
                          error_class=_error_class(pl.col("nmsg")), function=pl.col("func")))
         .otherwise(json_attrs(host=pl.col("host"), device=pl.col("dev").cast(pl.Int64, strict=False)))
         .alias("attrs"),
-        pl.lit(source.name).alias("file"),
+        "file",
     ))
 
 
-def _remember_comms(lines: pl.DataFrame, source: Source) -> None:
+def _remember_comms(lines: pl.DataFrame, state: dict) -> None:
     inits = lines.filter(pl.col("nmsg").str.contains(" - Init ", literal=True)).select(
-        "npid", extract_groups("nmsg", _INIT).alias("i")
+        "file", "npid", extract_groups("nmsg", _INIT).alias("i")
     ).unnest("i").filter(pl.col("comm").is_not_null())
-    comms = _state(source)["comms"]
-    for npid, comm, comm_id, rank in inits.select("npid", "comm", "comm_id", "rank").iter_rows():
-        comms[(npid, comm)] = (comm_id, int(rank))
+    comms = _state(state)["comms"]
+    for file, npid, comm, comm_id, rank in inits.select("file", "npid", "comm", "comm_id", "rank").iter_rows():
+        comms[(file, npid, comm)] = (comm_id, int(rank))
 
 
-def _coll_rows(lines: pl.DataFrame, source: Source) -> pl.DataFrame:
+def _coll_rows(lines: pl.DataFrame, state: dict) -> pl.DataFrame:
     """NCCL_DEBUG_SUBSYS=COLL lines: one collective call each, numbered per communicator."""
     found = lines.filter(pl.col("nmsg").str.contains(": opCount ", literal=True)).with_columns(
         extract_groups("nmsg", _COLL).alias("c")
     ).unnest("c").filter(pl.col("count").is_not_null())
     if found.is_empty():
         return conform("collectives", found)
-    state = _state(source)
-    keys = found.select("npid", "comm").unique()
+    state = _state(state)
+    key = ["file", "npid", "comm"]
     known = pl.DataFrame(
-        [{"npid": p, "comm": c, "offset": state["counts"].get((p, c), 0),
-          "comm_id": state["comms"].get((p, c), (None, None))[0],
-          "comm_rank": state["comms"].get((p, c), (None, None))[1]}
-         for p, c in keys.iter_rows()],
-        schema={"npid": pl.String, "comm": pl.String, "offset": pl.Int64, "comm_id": pl.String, "comm_rank": pl.Int32},
+        [{"file": f, "npid": p, "comm": c, "offset": state["counts"].get((f, p, c), 0),
+          "comm_id": state["comms"].get((f, p, c), (None, None))[0],
+          "comm_rank": state["comms"].get((f, p, c), (None, None))[1]}
+         for f, p, c in found.select(key).unique().iter_rows()],
+        schema={"file": pl.String, "npid": pl.String, "comm": pl.String, "offset": pl.Int64, "comm_id": pl.String,
+                "comm_rank": pl.Int32},
     )
-    found = found.join(known, on=["npid", "comm"], how="left").with_columns(
-        (pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(["npid", "comm"]) + pl.col("offset")).alias("seq_id"),
+    found = found.join(known, on=key, how="left").with_columns(
+        (pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(key) + pl.col("offset")).alias("seq_id"),
         pl.col("count").cast(pl.Int64, strict=False),
         pl.col("nranks").cast(pl.Int64, strict=False),
     )
-    for npid, comm, n in found.group_by("npid", "comm").agg(pl.col("seq_id").max()).iter_rows():
-        state["counts"][(npid, comm)] = n
+    for file, npid, comm, n in found.group_by(key).agg(pl.col("seq_id").max()).iter_rows():
+        state["counts"][(file, npid, comm)] = n
     op = pl.col("op")
     count, nranks = pl.col("count"), pl.col("nranks")
     dtype = pl.col("datatype").cast(pl.Int64, strict=False).replace_strict(_NCCL_DTYPES, default=None, return_dtype=pl.String)
@@ -205,11 +206,11 @@ def _coll_rows(lines: pl.DataFrame, source: Source) -> pl.DataFrame:
         pl.lit("scheduled").alias("state"),
         pl.col("ts_ff").alias("t_created"),
         "line_no",
-        pl.lit(source.name).alias("file"),
+        "file",
     ))
 
 
-def _pg_init_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
+def _pg_init_events(own: pl.DataFrame) -> pl.DataFrame:
     found = own.filter(pl.col("msg").str.contains(_PG_INIT_MARKER, literal=True)).with_columns(
         extract_groups("msg", _PG_INIT).alias("g")
     ).unnest("g").filter(pl.col("size").is_not_null())
@@ -223,7 +224,7 @@ def _pg_init_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
         "msg",
         json_attrs(pg=pl.col("pg"), size=pl.col("size").cast(pl.Int64, strict=False), global_rank=pl.col("grank").cast(pl.Int64, strict=False),
                    timeout_ms=pl.col("timeout").cast(pl.Int64, strict=False)).alias("attrs"),
-        pl.lit(source.name).alias("file"),
+        "file",
     ).rename({"msg": "message"}))
 
 
@@ -251,9 +252,9 @@ def _watchdog_lines(own: pl.DataFrame) -> pl.DataFrame:
     # group is that of the rank's other lines about the same sequence number.
     rank_key = pl.coalesce(pl.col("rank"), pl.col("prefix_rank"))
     df = df.with_columns(rank_key.alias("_rank"))
-    groups = df.filter(pl.col("pg").is_not_null() & pl.col("seq_id").is_not_null()).group_by("_rank", "seq_id").agg(
-        pl.col("pg").first().alias("_pg"))
-    df = df.join(groups, on=["_rank", "seq_id"], how="left").with_columns(pl.coalesce("pg", "_pg").alias("pg"))
+    groups = df.filter(pl.col("pg").is_not_null() & pl.col("seq_id").is_not_null()).group_by(
+        "file", "_rank", "seq_id").agg(pl.col("pg").first().alias("_pg"))
+    df = df.join(groups, on=["file", "_rank", "seq_id"], how="left").with_columns(pl.coalesce("pg", "_pg").alias("pg"))
     # The prefix's "Rank r" is the rank within the group: it is the global rank only in the default group.
     return df.with_columns(
         pl.when(pl.col("rank").is_not_null()).then(pl.col("rank"))
@@ -262,7 +263,7 @@ def _watchdog_lines(own: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _watchdog_collectives(df: pl.DataFrame, source: Source) -> pl.DataFrame:
+def _watchdog_collectives(df: pl.DataFrame) -> pl.DataFrame:
     works = df.filter(pl.col("op").is_not_null() & (
         pl.col("msg").str.contains("Watchdog caught collective operation timeout", literal=True)
         | pl.col("msg").str.contains("timed out in blocking wait", literal=True)
@@ -288,15 +289,15 @@ def _watchdog_collectives(df: pl.DataFrame, source: Source) -> pl.DataFrame:
         (pl.col("ts") - pl.duration(milliseconds=pl.col("ran_ms").cast(pl.Int64, strict=False))).alias("t_created"),
         pl.col("timeout").cast(pl.Int64, strict=False).alias("timeout_ms"),
         "line_no",
-        pl.lit(source.name).alias("file"),
+        "file",
     )
     # The same work is printed three or four times (the timeout, the watchdog's exception,
     # terminate's what()): keep the first, preferring a line that knew the group.
     return conform("collectives", rows.sort("line_no").unique(
-        subset=["rank", "pg", "seq_id", "op"], keep="first", maintain_order=True))
+        subset=["file", "rank", "pg", "seq_id", "op"], keep="first", maintain_order=True))
 
 
-def _rank_status(df: pl.DataFrame, source: Source) -> pl.DataFrame:
+def _rank_status(df: pl.DataFrame) -> pl.DataFrame:
     timed_out = pl.col("msg").str.contains("Watchdog caught collective operation timeout", literal=True) & pl.col(
         "seq_id").is_not_null()
     status = df.filter(pl.col("last_enqueued").is_not_null() | timed_out)
@@ -306,16 +307,16 @@ def _rank_status(df: pl.DataFrame, source: Source) -> pl.DataFrame:
         ["failure detected by watchdog", "Timeout at NCCL work", "detected by watchdog at work", "WorkNCCL("])
     rows = status.with_columns(
         pl.when(is_failure).then(pl.col("seq_id")).alias("timed_out_seq")
-    ).group_by("rank", "pg", maintain_order=True).agg(
+    ).group_by("file", "rank", "pg", maintain_order=True).agg(
         pl.col("last_enqueued").max(),
         pl.col("last_completed").max(),
         pl.col("timed_out_seq").min(),
         pl.col("line_no").min(),
     )
-    return conform("rank_status", rows.with_columns(pl.lit("watchdog").alias("source"), pl.lit(source.name).alias("file")))
+    return conform("rank_status", rows.with_columns(pl.lit("watchdog").alias("source")))
 
 
-def _watchdog_events(df: pl.DataFrame, source: Source) -> pl.DataFrame:
+def _watchdog_events(df: pl.DataFrame) -> pl.DataFrame:
     msg = pl.col("msg")
     found = df.filter(msg.str.contains_any(["watchdog got stuck", "communicator was aborted"]))
     if found.is_empty():
@@ -332,7 +333,7 @@ def _watchdog_events(df: pl.DataFrame, source: Source) -> pl.DataFrame:
         msg.str.slice(0, 2000).alias("message"),
         "pid",
         json_attrs(pg=pl.col("pg"), stuck_s=stuck).alias("attrs"),
-        pl.lit(source.name).alias("file"),
+        "file",
     ))
 
 
@@ -340,7 +341,7 @@ _FR_FRAME = r"^#(?<depth>\d+) (?<function>\S+) from (?<file>.+):(?<line>\d+)$"
 _FAILED_STACK = "Stack trace of the failed collective:"
 
 
-def _failed_collective_stacks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> pl.DataFrame:
+def _failed_collective_stacks(df: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
     """The watchdog's "Stack trace of the failed collective:" and the flight recorder's frames under it.
 
         [rank0]:[E1129 15:01:38.453308182 ProcessGroupNCCL.cpp:733] Stack trace of the failed collective:
@@ -351,15 +352,17 @@ def _failed_collective_stacks(df: pl.DataFrame, own: pl.DataFrame, source: Sourc
         return conform("stacks", own.clear())
     header = pl.col("msg").str.contains(_FAILED_STACK, literal=True)
     frame_line = pl.col("text").str.contains(r"^#\d+ \S+ from ")
-    # A block is the header and the frame lines right after it: any other line ends it.
-    blocks = df.with_columns(
+    # A block is the header and the frame lines right after it in its file: any other line ends it.
+    block = ["_log", "_seg"]
+    blocks = df.rename({"file": "_log"}).with_columns(
         (~(header | frame_line)).cum_sum().alias("_seg"),
+        pl.when(header).then(pl.col("pos")).alias("_head_pos"),
         pl.when(header).then(pl.col("line_no")).alias("_head"),
         pl.when(header).then(pl.col("rank")).alias("_head_rank"),
     ).with_columns(
-        pl.col("_head").forward_fill().over("_seg"), pl.col("_head_rank").forward_fill().over("_seg"),
+        pl.col("_head_pos", "_head", "_head_rank").forward_fill().over(block),
     ).filter(frame_line & pl.col("_head").is_not_null()
-             & pl.col("_head").is_in(own.filter(header)["line_no"].implode()))
+             & pl.col("_head_pos").is_in(own.filter(header)["pos"].implode()))
     frames = blocks.with_columns(extract_groups("text", _FR_FRAME).alias("f")).unnest("f")
     return conform("stacks", frames.select(
         pl.coalesce(pl.col("_head_rank"), pl.col("rank")).alias("rank"),
@@ -368,10 +371,10 @@ def _failed_collective_stacks(df: pl.DataFrame, own: pl.DataFrame, source: Sourc
         pl.lit("timed_out").alias("thread_state"),
         pl.col("depth").cast(pl.Int32, strict=False),
         "function",
-        "file",
+        "file",  # the frame's
         pl.col("line").cast(pl.Int32, strict=False),
         pl.lit("flight_recorder").alias("source"),
-        pl.lit(source.name).alias("origin"),
+        pl.col("_log").alias("origin"),
         pl.col("_head").alias("origin_line"),
     ))
 
@@ -383,18 +386,18 @@ _PG_INIT_MARKER = "initialization options: size:"
 LINES = "|".join(re.escape(m) for m in (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS))
 
 
-def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
     # Every record below starts on a line that LINES matches (all own holds): each record's
     # own test runs on those few.
     lines = _nccl_lines(own)
     if not lines.is_empty():
-        _remember_comms(lines, source)
-        yield "events", _nccl_events(lines, source)
-        yield "collectives", _coll_rows(lines, source)
-    yield "events", _pg_init_events(own, source)
-    yield "stacks", _failed_collective_stacks(df, own, source)
+        _remember_comms(lines, state)
+        yield "events", _nccl_events(lines)
+        yield "collectives", _coll_rows(lines, state)
+    yield "events", _pg_init_events(own)
+    yield "stacks", _failed_collective_stacks(df, own)
     watchdog = _watchdog_lines(own)
     if not watchdog.is_empty():
-        yield "collectives", _watchdog_collectives(watchdog, source)
-        yield "rank_status", _rank_status(watchdog, source)
-        yield "events", _watchdog_events(watchdog, source)
+        yield "collectives", _watchdog_collectives(watchdog)
+        yield "rank_status", _rank_status(watchdog)
+        yield "events", _watchdog_events(watchdog)

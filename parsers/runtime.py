@@ -28,7 +28,6 @@ import polars as pl
 from postmortem.schema import conform, frame, json_attrs
 
 from .lines import extract_groups
-from .source import Source
 
 MAX_MESSAGE = 2000
 TRACEBACK_MAX_LINES = 400
@@ -122,7 +121,7 @@ def _short(text: str | None) -> str | None:
 # ---------------------------------------------------------------- single-line records
 
 
-def _log_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
+def _log_events(own: pl.DataFrame) -> pl.DataFrame:
     """Warning-and-worse header lines, and the last timestamped line of each rank."""
     text = pl.col("msg")
     kind = (
@@ -145,6 +144,7 @@ def _log_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
     sent = extract_groups("msg", r"Sending process (?<pid>\d+) closing signal (?<sig>SIG\w+)")
     failed = extract_groups("msg", r"failed \(exitcode: (?<code>-?\d+)\) local_rank: (?<lr>\d+) \(pid: (?<pid>\d+)\)")
     events = warnings.select(
+        "file",
         "rank",
         "ts",
         "line_no",
@@ -174,15 +174,14 @@ def _log_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
     last = (
         # own is in line order: the last row of each rank is its last line
         own.filter(pl.col("ts").is_not_null() & pl.col("rank").is_not_null())
-        .unique(subset="rank", keep="last", maintain_order=True)
-        .select("rank", "ts", "line_no", "level", pl.col("src").alias("source"),
+        .unique(subset=["file", "rank"], keep="last", maintain_order=True)
+        .select("file", "rank", "ts", "line_no", "level", pl.col("src").alias("source"),
                 pl.lit("last_line").alias("kind"), pl.col("msg").str.slice(0, MAX_MESSAGE).alias("message"), "pid")
     )
-    return pl.concat([conform("events", events.with_columns(pl.lit(source.name).alias("file"))),
-                      conform("events", last.with_columns(pl.lit(source.name).alias("file")))])
+    return pl.concat([conform("events", events), conform("events", last)])
 
 
-def _version_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
+def _version_events(own: pl.DataFrame) -> pl.DataFrame:
     """The first line per rank that names the version of torch, NCCL, CUDA or Python."""
     candidates = own.filter(pl.col("msg").str.contains(r"(?i)version|torch=|Python v"))
     parts = []
@@ -192,7 +191,7 @@ def _version_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
         )
         if found.height:
             parts.append(
-                found.group_by("rank", maintain_order=True)
+                found.group_by("file", "rank", maintain_order=True)
                 .first()
                 .select(
                     "rank", pl.col("ts_ff").alias("ts"), "line_no", "level", "pid",
@@ -200,7 +199,7 @@ def _version_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
                     pl.lit("version").alias("kind"),
                     pl.col("msg").str.slice(0, MAX_MESSAGE).alias("message"),
                     json_attrs(component=pl.lit(component), version=pl.col("version")).alias("attrs"),
-                    pl.lit(source.name).alias("file"),
+                    "file",
                 )
             )
     return pl.concat([conform("events", p) for p in parts]) if parts else frame("events")
@@ -210,8 +209,14 @@ def _version_events(own: pl.DataFrame, source: Source) -> pl.DataFrame:
 
 
 def _rows(df: pl.DataFrame,
-          columns=("pos", "line_no", "rank", "tee", "text", "level", "ts", "ts_ff", "ts_bf", "pid")) -> list[dict]:
+          columns=("file", "pos", "line_no", "rank", "tee", "text", "level", "ts", "ts_ff", "ts_bf", "pid")) -> list[dict]:
     return df.select(columns).to_dicts()
+
+
+def following(df: pl.DataFrame, start: dict, lines: int) -> pl.DataFrame:
+    """Up to ``lines`` rows from ``start`` (a row of ``df``) on, in its file: a frame can hold
+    several small files one after another."""
+    return df.slice(start["pos"], lines).filter(pl.col("file") == start["file"])
 
 
 def _when(row: dict) -> tuple[datetime | None, dict]:
@@ -268,13 +273,13 @@ def _message_tail(lines: list[dict], start: dict) -> str | None:
     return "\n".join(tail)[:4000] or None
 
 
-def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+def _tracebacks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
     starts = own.filter(pl.col("text").str.contains(_TRACEBACK_START, literal=True))
     if starts.is_empty():
         return
     events, failures, stacks = [], [], []
     for start in _rows(starts):
-        block = _rows(df.slice(start["pos"], TRACEBACK_MAX_LINES))
+        block = _rows(following(df, start, TRACEBACK_MAX_LINES))
         frames, last, used = _parse_traceback(block)
         if last is None:
             continue
@@ -285,7 +290,7 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator
         user = next((f for f in reversed(frames) if is_user_frame(f["file"])), None)
         where = f"{user['file']}:{user['line']}" if user else None
         ts, timing = _when(last)
-        common = {"rank": start["rank"], "ts": ts, "file": source.name, "pid": start["pid"]}
+        common = {"rank": start["rank"], "ts": ts, "file": start["file"], "pid": start["pid"]}
         events.append({**common, "line_no": last["line_no"], "level": "E", "kind": "exception",
                        "message": _short(last["text"].strip()),
                        "attrs": _attrs(exception_type=exc_type, traceback_line=start["line_no"], user_frame=where,
@@ -297,7 +302,7 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator
         for depth, f in enumerate(reversed(frames)):
             stacks.append({"rank": start["rank"], "pid": start["pid"], "thread": "MainThread", "depth": depth,
                            "function": f["function"], "file": f["file"], "line": f["line"],
-                           "source": "traceback", "origin": source.name, "origin_line": start["line_no"]})
+                           "source": "traceback", "origin": start["file"], "origin_line": start["line_no"]})
         if exc_type and exc_type.endswith("OutOfMemoryError") or "CUDA out of memory" in last["text"]:
             figures = oom_figures(last["text"])
             events.append({**common, "line_no": last["line_no"], "level": "E", "kind": "oom",
@@ -307,7 +312,7 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator
     yield "stacks", frame("stacks", stacks)
 
 
-def _torchrun_failures(own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+def _torchrun_failures(own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
     """torchrun's ChildFailedError table: one failure per ``[rank]:`` entry."""
     marked = own.filter(pl.col("rank").is_null()).filter(
         pl.col("text").str.contains(r"^\[\d+\]:$") | pl.col("text").str.contains(_TABLE_FIELD.pattern)
@@ -318,14 +323,18 @@ def _torchrun_failures(own: pl.DataFrame, source: Source) -> Iterator[tuple[str,
     entries: list[dict] = []
     first_observed = False
     current: dict | None = None
+    file = None
     for row in _rows(marked):
+        if row["file"] != file:  # a table does not go on in the next file
+            file, current, first_observed = row["file"], None, False
         text = row["text"]
         if text.startswith("Root Cause"):
             first_observed = True
             continue
         entry = _TABLE_ENTRY.match(text)
         if entry:
-            current = {"entry_rank": int(entry["rank"]), "line_no": row["line_no"], "first_observed": first_observed}
+            current = {"entry_rank": int(entry["rank"]), "file": row["file"], "line_no": row["line_no"],
+                       "first_observed": first_observed}
             entries.append(current)
             continue
         field = _TABLE_FIELD.match(text)
@@ -346,9 +355,9 @@ def _torchrun_failures(own: pl.DataFrame, source: Source) -> Iterator[tuple[str,
         error_file = e.get("error_file")
         row = {"rank": int(rank[1]) if rank else e["entry_rank"], "ts": ts, "exit_code": exit_code, "signal": sig,
                "pid": int(code[2]) if code and code[2] else None, "host": e.get("host"), "source": "torchrun",
-               "message": _short(e.get("traceback")), "file": source.name, "line_no": e["line_no"]}
+               "message": _short(e.get("traceback")), "file": e["file"], "line_no": e["line_no"]}
         failures.append(row)
-        events.append({"rank": row["rank"], "ts": ts, "file": source.name, "line_no": e["line_no"], "level": "E",
+        events.append({"rank": row["rank"], "ts": ts, "file": e["file"], "line_no": e["line_no"], "level": "E",
                        "kind": "torchrun_failure", "message": _short(e.get("traceback")), "pid": row["pid"],
                        "attrs": _attrs(exit_code=exit_code, signal=sig, host=e.get("host"),
                                        local_rank=int(rank[2]) if rank and rank[2] else None,
@@ -358,7 +367,7 @@ def _torchrun_failures(own: pl.DataFrame, source: Source) -> Iterator[tuple[str,
     yield "events", frame("events", events)
 
 
-def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
     """C++ ``terminate called`` blocks and Python faulthandler dumps."""
     starts = own.filter(
         pl.col("text").str.starts_with("terminate called after throwing")
@@ -368,10 +377,10 @@ def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterat
         return
     events, failures, stacks = [], [], []
     for start in _rows(starts):
-        block = [r for r in _rows(df.slice(start["pos"], 200)) if r["rank"] == start["rank"]]
+        block = [r for r in _rows(following(df, start, 200)) if r["rank"] == start["rank"]]
         text = start["text"]
         ts, timing = _when(start)
-        common = {"rank": start["rank"], "ts": ts, "file": source.name, "line_no": start["line_no"],
+        common = {"rank": start["rank"], "ts": ts, "file": start["file"], "line_no": start["line_no"],
                   "pid": start["pid"]}
         if text.startswith("terminate called"):
             m = re.search(r"instance of '([^']+)'", text)
@@ -398,7 +407,7 @@ def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterat
             if m and thread is not None:
                 stacks.append({"rank": start["rank"], "pid": start["pid"], "thread": thread, "depth": depth,
                                "function": m["func"], "file": m["file"], "line": int(m["line"]),
-                               "source": "faulthandler", "origin": source.name, "origin_line": start["line_no"]})
+                               "source": "faulthandler", "origin": start["file"], "origin_line": start["line_no"]})
                 depth += 1
             elif thread is not None and r["text"].strip() and not r["text"].startswith(" "):
                 break
@@ -407,10 +416,10 @@ def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterat
     yield "stacks", frame("stacks", stacks)
 
 
-def parse_lines(df: pl.DataFrame, own: pl.DataFrame, source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
     """All runtime records in one chunk; ``df`` adds lookahead rows to ``own``."""
-    yield "events", _log_events(own, source)
-    yield "events", _version_events(own, source)
-    yield from _tracebacks(df, own, source)
-    yield from _torchrun_failures(own, source)
-    yield from _fatal_blocks(df, own, source)
+    yield "events", _log_events(own)
+    yield "events", _version_events(own)
+    yield from _tracebacks(df, own)
+    yield from _torchrun_failures(own)
+    yield from _fatal_blocks(df, own)

@@ -1,8 +1,11 @@
 """Plain-text logs (a rank's stdout/stderr, torchrun's console): read once, parsed by many.
 
-This module owns the file; the line parsers (``runtime``, ``nccl``) own the formats. Each
-chunk of lines gets the log header every format shares parsed once, into the columns
+This module owns the file; the line parsers (``runtime``, ``nccl``) own the formats. A big
+file is read in chunks; small files (under ``BATCH_MAX_BYTES``) are read whole and parsed many
+to a frame, one after another. Each frame of lines gets the log header every format shares
+parsed once, into the columns
 
+    file   String            the file the line is from (what the tables store)
     level  I/W/E/F/C/V/D     from a glog, c10 or Python-logging header
     ts     Datetime(us)      the header's time (the year comes from the run)
     ts_ff  Datetime(us)      ts, or the last one before it in this file (for untimed lines)
@@ -14,7 +17,9 @@ chunk of lines gets the log header every format shares parsed once, into the col
 A line parser declares ``LINES``, a regex every line it reads a record from matches, unless it
 reads every line. Such a parser is not called for a chunk none of whose own lines matches; when
 called, its ``own`` holds only the lines that match, and its ``df`` (the chunk and its lookahead,
-every line) has the Boolean column ``wanted`` that marks them.
+every line) has the Boolean column ``wanted`` that marks them. A parser's ``state`` (a dict)
+lives as long as the file, or the batch: what it keeps there is keyed by file. Blocks of lines
+(a traceback) end where their file does.
 
 Headers seen in real PyTorch 2.11 logs:
 
@@ -27,11 +32,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
 
 import polars as pl
 
 from . import detail, dynamo, memory, nccl, runtime
-from .lines import per_distinct, read_line_chunks
+from .lines import LineChunk, is_gzip, per_distinct, read_line_chunks
 from .source import Source
 
 KIND = "text_log"
@@ -112,32 +119,82 @@ def _line_masks(df: pl.DataFrame) -> pl.DataFrame:
     return df.select(pl.col("text").str.contains(p.LINES).alias(p.__name__) for p in LINE_PARSERS if hasattr(p, "LINES"))
 
 
+def _file_lines(source: Source, chunk: LineChunk) -> tuple[pl.DataFrame, int]:
+    """A chunk of one file's lines with what the file says about them (its name, its rank), the
+    tee'd copies of ranks read elsewhere dropped; and how many rows are the chunk's own."""
+    df = chunk.frame.with_row_index("row")
+    if source.tee_ranks_elsewhere:
+        df = df.filter(~(pl.col("tee") & pl.col("rank").is_in(list(source.tee_ranks_elsewhere))))
+    # Rows [0, own) of the chunk come first: its own lines are a head of the frame.
+    own_rows = df.height if chunk.own == chunk.frame.height else int((df["row"] < chunk.own).sum())
+    if source.rank is not None and df["rank"].null_count():
+        df = df.with_columns(pl.col("rank").fill_null(source.rank))
+    return df.with_columns(pl.lit(source.name).alias("file")), own_rows
+
+
+def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict,
+                 last_ts: datetime | None = None) -> Iterator[tuple[str, pl.DataFrame]]:
+    """Every line parser's records from a frame of lines: a chunk of one file (``last_ts`` the
+    time its earlier chunks ended on), or whole small files one after another."""
+    masks = _line_masks(df)
+    df = with_headers(df.with_row_index("pos"), year)
+    ts_ff, ts_bf = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
+    if last_ts is not None:
+        ts_ff = ts_ff.fill_null(pl.lit(last_ts, dtype=pl.Datetime("us")))
+    if df["file"].n_unique() > 1:
+        ts_ff, ts_bf = ts_ff.over("file"), ts_bf.over("file")
+    df = df.with_columns(ts_ff.alias("ts_ff"), ts_bf.alias("ts_bf"))
+    own = df.head(own_rows)
+    if own.height:
+        state["last_ts"] = own["ts_ff"][-1]
+    for parser in LINE_PARSERS:
+        if parser.__name__ not in masks.columns:
+            yield from parser.parse_lines(df, own, state)
+            continue
+        wanted = masks[parser.__name__]
+        if wanted.head(own_rows).any():
+            narrowed = df.with_columns(wanted.alias("wanted"))
+            yield from parser.parse_lines(narrowed, narrowed.head(own_rows).filter("wanted"), state)
+
+
 def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
-    last_ts = None
-    skip = list(source.tee_ranks_elsewhere)
+    """A file of any size, chunk by chunk."""
+    state: dict = {}
     for chunk in read_line_chunks(source.path):
-        df = chunk.frame.with_row_index("row")
-        if skip:
-            df = df.filter(~(pl.col("tee") & pl.col("rank").is_in(skip)))
-        # Rows [0, own) of the chunk come first: its own lines are a head of the frame.
-        own_rows = df.height if chunk.own == chunk.frame.height else int((df["row"] < chunk.own).sum())
-        masks = _line_masks(df)
-        df = with_headers(df.with_row_index("pos"), source.year)
-        if source.rank is not None and df["rank"].null_count():
-            df = df.with_columns(pl.col("rank").fill_null(source.rank))
-        ts_ff = pl.col("ts").forward_fill()
-        if last_ts is not None:
-            ts_ff = ts_ff.fill_null(pl.lit(last_ts, dtype=pl.Datetime("us")))
-        df = df.with_columns(ts_ff.alias("ts_ff"), pl.col("ts").backward_fill().alias("ts_bf"))
-        own = df.head(own_rows)
-        if own.height:
-            last_ts = own["ts_ff"][-1]
-            source.lines = int(own["line_no"][-1])
-        for parser in LINE_PARSERS:
-            if parser.__name__ not in masks.columns:
-                yield from parser.parse_lines(df, own, source)
-                continue
-            wanted = masks[parser.__name__]
-            if wanted.head(own_rows).any():
-                narrowed = df.with_columns(wanted.alias("wanted"))
-                yield from parser.parse_lines(narrowed, narrowed.head(own_rows).filter("wanted"), source)
+        df, own_rows = _file_lines(source, chunk)
+        yield from _parse_frame(df, own_rows, source.year, state, state.get("last_ts"))
+        if own_rows:
+            source.lines = int(df["line_no"][own_rows - 1])
+
+
+# A file smaller than this is read whole (``read``) and parsed with others (``build``): alone,
+# any file costs some 40 ms of fixed Polars work, as much as a megabyte of lines.
+BATCH_MAX_BYTES = 1 << 20
+
+
+def batchable(source: Source) -> bool:
+    return source.bytes < BATCH_MAX_BYTES and not is_gzip(source.path)
+
+
+@dataclass
+class Read:
+    lines: pl.DataFrame
+    year: int
+
+
+def read(source: Source) -> Read:
+    """A small plain file's lines (one chunk: no lookahead to carry)."""
+    frames = [_file_lines(source, chunk)[0] for chunk in read_line_chunks(source.path)]
+    lines = pl.concat(frames) if frames else None
+    if lines is not None and lines.height:
+        source.lines = int(lines["line_no"][-1])
+    return Read(lines, source.year)
+
+
+def build(reads: list[Read]) -> Iterator[tuple[str, pl.DataFrame]]:
+    """The records of many small files, parsed as one frame (a ``file`` column tells them apart)."""
+    for year in sorted({r.year for r in reads}):
+        frames = [r.lines for r in reads if r.year == year and r.lines is not None and r.lines.height]
+        if frames:
+            df = pl.concat(frames).drop("row").with_row_index("row")
+            yield from _parse_frame(df, df.height, year, {})

@@ -84,17 +84,23 @@ def _parse_file(out: store.Batcher | _Collected, source: Source) -> dict:
 
 
 def _batched(source: Source) -> bool:
-    """Whether the file's parser reads it into plain rows and builds frames of many at once."""
-    return hasattr(_PARSERS[source.kind], "build")
+    """Whether the file's parser reads it on its own (``read``) and builds frames of many files
+    at once (``build``): all its files, or those it calls ``batchable``."""
+    parser = _PARSERS[source.kind]
+    return hasattr(parser, "build") and getattr(parser, "batchable", lambda _: True)(source)
 
 
-def _parse_files(out: store.Batcher | _Collected, sources: list[Source]) -> list[dict]:
-    """Parse files one by one, except those of a kind whose parser reads a file into plain rows
-    (``read``) and makes frames of many at once (``build``): a flight-recorder dump costs
-    microseconds that way, where a frame per table per dump costs milliseconds."""
+def _parse_files(out: store.Batcher | _Collected, sources: list[Source],
+                 before: Callable[[Source], None] | None = None) -> list[dict]:
+    """Parse files one by one, except those whose parser reads a file on its own (``read``) and
+    makes frames of many at once (``build``): a flight-recorder dump costs microseconds that way,
+    and a small text log a fraction of the ~40 ms that frames of its own cost. ``before(source)``
+    is called as each file is taken up."""
     rows: list[dict] = []
     batches: dict[str, list[tuple[dict, Source, object]]] = {}
     for source in sources:
+        if before:
+            before(source)
         parser = _PARSERS[source.kind]
         if not _batched(source):
             rows.append(_parse_file(out, source))
@@ -184,17 +190,16 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
     done_files = done_bytes = 0
     rows = []
     workers = min(os.cpu_count() or 1, len(sources))
-    # A file read into plain rows and built with others of its kind costs microseconds, not milliseconds.
-    batched = [s for s in sources if _batched(s)]
-    one_by_one = [s for s in sources if not _batched(s)]
-    if (total_bytes < PARALLEL_MIN_BYTES and len(one_by_one) < PARALLEL_MIN_FILES) or workers < 2:
-        for source in one_by_one:
+    # A file read on its own and built with others of its kind costs a fraction of one parsed alone.
+    one_by_one = sum(1 for s in sources if not _batched(s))
+    if (total_bytes < PARALLEL_MIN_BYTES and one_by_one < PARALLEL_MIN_FILES) or workers < 2:
+        def before(source: Source) -> None:
+            nonlocal done_files, done_bytes
             if progress:
                 progress(done_files, done_bytes, total_files, total_bytes, source.name)
-            rows.append(_parse_file(out, source))
             done_files += 1
             done_bytes += source.bytes
-        return rows + _parse_files(out, batched)
+        return _parse_files(out, sources, before)
     # Spawned, not forked: a fork would copy Polars' and DuckDB's thread pools mid-use.
     with _one_thread_per_worker(), ProcessPoolExecutor(
             max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
