@@ -36,26 +36,29 @@ def _rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     of the rest, each compile id's first record (and first in user code: evidence) and each
     rank's last record."""
     library = " OR ".join(f"contains(code_file, '{m}')" for m in _LIBRARY_PATHS)
+    # The firsts and lasts are picked by aggregates over row ids (hashing), not by numbering every
+    # record in order (sorting millions); NULL times sort last, as ORDER BY ts NULLS LAST would.
     cur = con.execute(
         f"""
         WITH c AS (
-            SELECT rank, source, attempt, event, function, code_file, code_line, reason_class,
-                   attrs->>'guard' AS guard, attrs->'cache' AS cache, attrs->'collectives' AS collectives,
-                   ts, file, line_no, coalesce(code_file, '') <> '' AND NOT ({library}) AS user_code
+            SELECT rowid AS rid, rank, source, attempt, event, ts, line_no, attrs,
+                   coalesce(code_file, '') <> '' AND NOT ({library}) AS user_code
             FROM compiles
             WHERE run_id = ? AND rank IS NOT NULL
-        ), numbered AS (
-            SELECT *, row_number() OVER (PARTITION BY rank, source, attempt, user_code
-                                         ORDER BY ts NULLS LAST, line_no) AS nth,
-                      row_number() OVER (PARTITION BY rank, source
-                                         ORDER BY ts DESC NULLS FIRST, line_no DESC) AS from_end
-            FROM c
+        ), picked AS (
+            SELECT arg_min(rid, (ts IS NULL, coalesce(ts, 'infinity'::TIMESTAMP), line_no)) AS rid
+            FROM c GROUP BY rank, source, attempt, user_code
+            UNION
+            SELECT arg_max(rid, (ts IS NULL, coalesce(ts, '-infinity'::TIMESTAMP), line_no)) FROM c GROUP BY rank, source
+            UNION
+            SELECT rid FROM c
+            WHERE event IN ('recompile', 'limit_hit', 'failure') OR (attrs->'cache') IS NOT NULL
+                  OR (attrs->'collectives') IS NOT NULL
         )
-        SELECT rank, source, attempt, event, function, code_file, code_line, reason_class, guard, cache,
-               collectives, ts, file, line_no
-        FROM numbered
-        WHERE event IN ('recompile', 'limit_hit', 'failure') OR cache IS NOT NULL OR collectives IS NOT NULL
-              OR nth = 1 OR from_end = 1
+        SELECT rank, source, attempt, event, function, code_file, code_line, reason_class,
+               attrs->>'guard' AS guard, attrs->'cache' AS cache, attrs->'collectives' AS collectives, ts, file, line_no
+        FROM compiles
+        WHERE rowid IN (SELECT rid FROM picked)
         ORDER BY rank, ts NULLS LAST, line_no
         """, [run_id])
     names = [d[0] for d in cur.description]
