@@ -35,7 +35,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame
 
-from .lines import extract_groups
+from .lines import extract_groups, header_source
 from .runtime import is_user_frame
 
 MAX_REASON = 1000
@@ -347,16 +347,20 @@ _EXCEPTION = re.compile(r"^(?P<type>torch\._(?:dynamo|inductor)\.exc\.\w+)(?::\s
 
 def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
     """The chunk's dynamo lines with compile id, artifact, body and emitter (for the block key)."""
-    cand = df.filter("wanted").select("file", "row", "line_no", "rank", "tee", "ts", "ts_ff", "src", "msg", "text")
+    cand = df.filter("wanted").select("file", "row", "line_no", "rank", "tee", "ts", "ts_ff", "msg", "text",
+                                      "src_at", "src_end")
     if cand.is_empty():
         return cand
-    has_header = pl.col("src").is_not_null()
+    has_header = pl.col("src_at").is_not_null()
     headless = cand.select((~has_header).sum()).item()
     glog = cand.filter(has_header) if headless else cand
     # A graph break or recompile is logged again at every step and on every rank, word for word:
     # a message is taken apart once, however often it repeats.
-    glog = glog.join(_message_fields(glog.select(pl.col("msg").unique())), on="msg", how="left",
-                     maintain_order="left").select(*cand.columns, "cid", "art", "body", "kind", pl.col("src").alias("emitter"))
+    glog = glog.join(_message_fields(glog.select(pl.col("msg").unique())), on="msg", how="left", maintain_order="left")
+    # Only a line without an artifact tag is grouped by the line of torch that logged it.
+    emitters = header_source(glog.filter(pl.col("art").is_null()).select("row", "text", "src_at", "src_end"))
+    glog = glog.join(emitters.select("row", pl.col("src").alias("emitter")), on="row", how="left",
+                     maintain_order="left").select(*cand.columns, "cid", "art", "body", "kind", "emitter")
     when = pl.coalesce(pl.col("ts"), pl.col("ts_ff")).alias("when")
     if not headless:
         return glog.with_columns(when)

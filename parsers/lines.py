@@ -81,6 +81,17 @@ def per_distinct(df: pl.DataFrame, key: str, *exprs: pl.Expr) -> pl.DataFrame:
     return df.join(values, on=key, how="left", maintain_order="left", nulls_equal=True)
 
 
+def header_source(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` (lines from ``textlog``) with ``pid`` and ``src`` taken from each glog header's
+    "[pid ]src:line" (between ``src_at`` and ``src_end``; NULL for a line without one). Parsers
+    ask for it on the rows they keep: every line has a header, few rows need what it names."""
+    where = pl.col("text").str.slice(pl.col("src_at"), pl.col("src_end") - pl.col("src_at")).str.strip_chars_start(" ")
+    parts = where.str.splitn(" ", 2)
+    first, second = parts.struct.field("field_0"), parts.struct.field("field_1")
+    return df.with_columns(pl.when(second.is_not_null()).then(first).cast(pl.Int32, strict=False).alias("pid"),
+                           pl.coalesce(second.str.strip_chars_start(" "), first).alias("src"))
+
+
 _PREFIXES = r"^((?:\[[A-Za-z_]+\d+\]:){1,2})"
 # A byte no log line holds in practice: the CSV reader's separator when it splits lines.
 _NO_SEPARATOR = b"\x1f"

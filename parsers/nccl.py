@@ -42,7 +42,7 @@ import polars as pl
 
 from postmortem.schema import conform, json_attrs
 
-from .lines import extract_groups
+from .lines import extract_groups, header_source
 
 _NCCL = (
     r"^(?:\[[\d\- :.,]+\] )?(?<host>[^\s:\[\]]+):(?<npid>\d+):(?<tid>\d+) \[(?<dev>\d+)\] "
@@ -211,7 +211,7 @@ def _coll_rows(lines: pl.DataFrame, state: dict) -> pl.DataFrame:
 
 
 def _pg_init_events(own: pl.DataFrame) -> pl.DataFrame:
-    found = own.filter(pl.col("msg").str.contains(_PG_INIT_MARKER, literal=True)).with_columns(
+    found = header_source(own.filter(pl.col("msg").str.contains(_PG_INIT_MARKER, literal=True))).with_columns(
         extract_groups("msg", _PG_INIT).alias("g")
     ).unnest("g").filter(pl.col("size").is_not_null())
     return conform("events", found.select(
@@ -318,7 +318,7 @@ def _rank_status(df: pl.DataFrame) -> pl.DataFrame:
 
 def _watchdog_events(df: pl.DataFrame) -> pl.DataFrame:
     msg = pl.col("msg")
-    found = df.filter(msg.str.contains_any(["watchdog got stuck", "communicator was aborted"]))
+    found = header_source(df.filter(msg.str.contains_any(["watchdog got stuck", "communicator was aborted"])))
     if found.is_empty():
         return conform("events", found)
     stuck = msg.str.extract(r"watchdog got stuck for (\d+) seconds", 1).cast(pl.Int64, strict=False)
@@ -363,7 +363,7 @@ def _failed_collective_stacks(df: pl.DataFrame, own: pl.DataFrame) -> pl.DataFra
         pl.col("_head_pos", "_head", "_head_rank").forward_fill().over(block),
     ).filter(frame_line & pl.col("_head").is_not_null()
              & pl.col("_head_pos").is_in(own.filter(header)["pos"].implode()))
-    frames = blocks.with_columns(extract_groups("text", _FR_FRAME).alias("f")).unnest("f")
+    frames = header_source(blocks).with_columns(extract_groups("text", _FR_FRAME).alias("f")).unnest("f")
     return conform("stacks", frames.select(
         pl.coalesce(pl.col("_head_rank"), pl.col("rank")).alias("rank"),
         "pid",

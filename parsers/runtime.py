@@ -27,7 +27,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame, json_attrs
 
-from .lines import extract_groups
+from .lines import extract_groups, header_source
 
 MAX_MESSAGE = 2000
 TRACEBACK_MAX_LINES = 400
@@ -136,11 +136,11 @@ def _log_events(own: pl.DataFrame) -> pl.DataFrame:
     # Lines without a log header that still say something went wrong: a kernel log's Xid, a
     # user's "step 7 loss nan", a CUDA kernel's assertion. The regex runs on those lines only.
     notable = own.filter(pl.col("level").is_null()).filter(pl.col("msg").str.contains(_NOTABLE))["pos"]
-    warnings = own.filter(
+    warnings = header_source(own.filter(
         pl.col("level").is_in(["W", "E", "F", "C"])
         | pl.col("msg").str.contains("closing signal SIG", literal=True)
         | pl.col("pos").is_in(notable.implode())
-    )
+    ))
     sent = extract_groups("msg", r"Sending process (?<pid>\d+) closing signal (?<sig>SIG\w+)")
     failed = extract_groups("msg", r"failed \(exitcode: (?<code>-?\d+)\) local_rank: (?<lr>\d+) \(pid: (?<pid>\d+)\)")
     events = warnings.select(
@@ -173,8 +173,8 @@ def _log_events(own: pl.DataFrame) -> pl.DataFrame:
     )
     last = (
         # own is in line order: the last row of each rank is its last line
-        own.filter(pl.col("ts").is_not_null() & pl.col("rank").is_not_null())
-        .unique(subset=["file", "rank"], keep="last", maintain_order=True)
+        header_source(own.filter(pl.col("ts").is_not_null() & pl.col("rank").is_not_null())
+                      .unique(subset=["file", "rank"], keep="last", maintain_order=True))
         .select("file", "rank", "ts", "line_no", "level", pl.col("src").alias("source"),
                 pl.lit("last_line").alias("kind"), pl.col("msg").str.slice(0, MAX_MESSAGE).alias("message"), "pid")
     )
@@ -183,7 +183,7 @@ def _log_events(own: pl.DataFrame) -> pl.DataFrame:
 
 def _version_events(own: pl.DataFrame) -> pl.DataFrame:
     """The first line per rank that names the version of torch, NCCL, CUDA or Python."""
-    candidates = own.filter(pl.col("msg").str.contains(r"(?i)version|torch=|Python v"))
+    candidates = header_source(own.filter(pl.col("msg").str.contains(r"(?i)version|torch=|Python v")))
     parts = []
     for component, pattern in _VERSION_PATTERNS.items():
         found = candidates.with_columns(pl.col("msg").str.extract(pattern, 1).alias("version")).filter(
@@ -210,7 +210,7 @@ def _version_events(own: pl.DataFrame) -> pl.DataFrame:
 
 def _rows(df: pl.DataFrame,
           columns=("file", "pos", "line_no", "rank", "tee", "text", "level", "ts", "ts_ff", "ts_bf", "pid")) -> list[dict]:
-    return df.select(columns).to_dicts()
+    return header_source(df).select(columns).to_dicts()
 
 
 def following(df: pl.DataFrame, start: dict, lines: int) -> pl.DataFrame:

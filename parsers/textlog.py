@@ -10,9 +10,11 @@ parsed once, into the columns
     ts     Datetime(us)      the header's time (the year comes from the run)
     ts_ff  Datetime(us)      ts, or the last one before it in this file (for untimed lines)
     ts_bf  Datetime(us)      ts, or the next one after it (an untimed line happened before it)
-    pid    Int32             the pid a Python-logging header names
-    src    String            the emitting code location, e.g. ``ProcessGroupNCCL.cpp:689``
     msg    String            the text after the header
+    src_at, src_end  Int64   where a glog header's "[pid ]src:line" lies in ``text``: the pid a
+                             Python-logging header names and the emitting code location (e.g.
+                             ``ProcessGroupNCCL.cpp:689``), taken apart by ``lines.header_source``
+                             for the rows that need them
 
 A line parser declares ``LINES``, a regex every line it reads a record from matches, unless it
 reads every line. Such a parser is not called for a chunk none of whose own lines matches; when
@@ -38,7 +40,7 @@ from datetime import datetime
 import polars as pl
 
 from . import detail, dynamo, memory, nccl, runtime
-from .lines import LineChunk, is_gzip, per_distinct, read_line_chunks
+from .lines import LineChunk, is_gzip, read_line_chunks
 from .source import Source
 
 KIND = "text_log"
@@ -75,7 +77,7 @@ def sniff(head: bytes, name: str) -> bool:
 
 
 def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
-    """Add level, ts, pid, src and msg parsed from each line's log header."""
+    """Add level, ts and msg parsed from each line's log header, and where its source lies."""
     text = pl.col("text")
     # Offsets first, as columns: a slice whose bounds are expressions recomputes them per use.
     df = df.with_columns(
@@ -88,14 +90,10 @@ def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     glog = close.is_not_null()
     df = df.with_columns(
         pl.when(glog).then(text.str.slice(start + 1, time_end - start - 1)).alias("_stamp"),  # "1129 13:33:42.672765297"
-        pl.when(glog).then(text.str.slice(time_end, close - time_end).str.strip_chars_start(" ")).alias("_where"),
         pl.when(glog).then(text.str.slice(start, 1)).alias("_level"),
+        pl.when(glog).then(time_end).alias("src_at"),
+        close.alias("src_end"),
     )
-    # "[pid ]src:line" repeats over thousands of lines: taken apart once per distinct value.
-    where = pl.col("_where").str.splitn(" ", 2)
-    first, second = where.struct.field("field_0"), where.struct.field("field_1")
-    df = per_distinct(df, "_where", pl.when(second.is_not_null()).then(first).cast(pl.Int32, strict=False).alias("pid"),
-                      pl.coalesce(second.str.strip_chars_start(" "), first).alias("src"))
     glog_ts = pl.concat_str(pl.lit(str(year)), pl.col("_stamp")).str.strptime(
         pl.Datetime("us"), "%Y%m%d %H:%M:%S%.f", strict=False)
     asc = _asctime_fields()
@@ -110,7 +108,7 @@ def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
         # the message starts after the header and the one space that follows it
         pl.when(glog).then(text.str.slice(close + 1).str.strip_prefix(" ")).otherwise(pl.coalesce(a("msg"), text))
         .alias("msg"),
-    ).drop("_close", "_start", "_time_end", "_stamp", "_where", "_level")
+    ).drop("_close", "_start", "_time_end", "_stamp", "_level")
 
 
 def _line_masks(df: pl.DataFrame) -> pl.DataFrame:

@@ -11,7 +11,7 @@ import pytest
 
 from postmortem import api
 from postmortem.parsers import runtime, textlog
-from postmortem.parsers.lines import split_lines
+from postmortem.parsers.lines import header_source, split_lines
 from postmortem.parsers.source import Source
 
 
@@ -38,7 +38,7 @@ def parse_file(path: Path, rank: int | None = None, year: int = 2026) -> dict[st
 
 def test_c10d_glog_header_gives_level_time_with_the_run_year_and_source(sample):
     line = first_line(rank_file(sample("rank_sigkill"), 0), lambda l: l.startswith("[rank0]:[I"))
-    row = textlog.with_headers(split_lines(line, 1), 2026).row(0, named=True)
+    row = header_source(textlog.with_headers(split_lines(line, 1), 2026)).row(0, named=True)
     assert row["rank"] == 0 and row["tee"] is False
     assert row["level"] == "I"
     assert row["ts"].year == 2026 and row["ts"].month == 11 and row["ts"].day == 29
@@ -48,7 +48,7 @@ def test_c10d_glog_header_gives_level_time_with_the_run_year_and_source(sample):
 
 def test_python_logging_header_gives_pid_and_emitting_module(sample):
     line = first_line(rank_file(sample("rank_sigkill"), 1), lambda l: l.startswith("[rank1]:V"))
-    row = textlog.with_headers(split_lines(line, 1), 2026).row(0, named=True)
+    row = header_source(textlog.with_headers(split_lines(line, 1), 2026)).row(0, named=True)
     assert row["level"] == "V"
     assert row["pid"] == json.loads((sample("rank_sigkill") / "expected.json").read_text())["failures"][1]["pid"]
     assert row["src"].startswith(("torch/", "site-packages/torch/"))
