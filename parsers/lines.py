@@ -43,10 +43,6 @@ class LineChunk:
     frame: pl.DataFrame
     own: int  # rows [0, own) belong to this chunk, the rest is lookahead
 
-    @property
-    def own_frame(self) -> pl.DataFrame:
-        return self.frame.head(self.own)
-
 
 def is_gzip(path: Path) -> bool:
     """Whether the file holds a gzip stream (by magic number); False for one that cannot be

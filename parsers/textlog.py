@@ -51,6 +51,7 @@ LINE_PARSERS = (runtime, nccl, detail, dynamo, memory)
 # one ends it; its fields sit at fixed offsets or between its spaces. ASCII throughout, so
 # Polars' byte offsets (find) and character offsets (slice) agree.
 #   [level][mm][dd] [hh:mm:ss].[frac] +[pid +]src:line] msg
+# (``[!-\\^-~]``: printable ASCII but "]")
 _GLOG_HEAD = r"^\[?[IWEFCVD]\d{4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d+)? +[!-\\^-~]+:\d+\]"
 _ASCTIME = r"^(?<date>\d{4}-\d\d-\d\d)[ T_](?<hms>\d\d:\d\d:\d\d)(?:[,.](?<frac>\d{1,6}))?\s*(?<msg>.*)$"
 _ASCTIME_START = r"^\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d"
@@ -65,13 +66,17 @@ def _asctime_fields() -> pl.Expr:
             .str.extract_groups(_ASCTIME))
 
 
+# Control characters no text log holds (tab, newlines, ESC of colours and form feed are text).
+_CONTROL = bytes(b for b in range(32) if b not in b"\t\r\n\x1b\x0c")
+
+
 def sniff(head: bytes, name: str) -> bool:
     """Text: no NUL bytes and few control characters. Invalid UTF-8 (a Latin-1 log, a line cut
     mid-character) is still text; it is read with replacement characters."""
     sample = head[:8192]
     if not sample or b"\x00" in sample:
         return False
-    control = sum(1 for b in sample if b < 32 and b not in b"\t\r\n\x1b\x0c")
+    control = len(sample) - len(sample.translate(None, _CONTROL))
     undecodable = sample.decode("utf-8", errors="replace").count("\ufffd")
     return control <= len(sample) // 20 and undecodable <= len(sample) // 3
 
@@ -176,7 +181,7 @@ def batchable(source: Source) -> bool:
 
 @dataclass
 class Read:
-    lines: pl.DataFrame
+    lines: pl.DataFrame | None
     year: int
 
 
