@@ -109,23 +109,33 @@ def _parse_files(out: store.Batcher | _Collected, sources: list[Source],
         got = _guarded(row, source, lambda: parser.read(source))  # noqa: B023 - called right here
         if got is None:
             rows.append(_finish_row(row, source))
-        else:
-            batches.setdefault(source.kind, []).append((row, source, got))
-    for kind, batch in batches.items():
-        try:
-            for table, frame in _PARSERS[kind].build([got for _, _, got in batch]):
-                out.add(table, frame)
-        except Exception as exc:  # a parser bug: every file of the batch is short of its rows
-            log.exception("parser %s failed building %d files", batch[0][0]["parser"], len(batch))
-            for row, source, _ in batch:
-                row["status"] = "partial"
-                source.notes.append(f"parser error: {type(exc).__name__}: {exc}"[:500])
-        rows += [_finish_row(row, source) for row, source, _ in batch]
+            continue
+        batch = batches.setdefault(source.kind, [])
+        batch.append((row, source, got))
+        if len(batch) >= BUILD_FILES:  # what was read waits in memory: a batch is bounded
+            rows += _build(out, batches.pop(source.kind))
+    for batch in batches.values():
+        rows += _build(out, batch)
     return rows
+
+
+def _build(out: store.Batcher | _Collected, batch: list[tuple[dict, Source, object]]) -> list[dict]:
+    """The frames of a batch of files of one kind, read by its parser; the files' rows."""
+    try:
+        for table, frame in _PARSERS[batch[0][1].kind].build([got for _, _, got in batch]):
+            out.add(table, frame)
+    except Exception as exc:  # a parser bug: every file of the batch is short of its rows
+        log.exception("parser %s failed building %d files", batch[0][0]["parser"], len(batch))
+        for row, source, _ in batch:
+            row["status"] = "partial"
+            source.notes.append(f"parser error: {type(exc).__name__}: {exc}"[:500])
+    return [_finish_row(row, source) for row, source, _ in batch]
 
 
 PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs more than it saves
 PARALLEL_MIN_FILES = 96  # ... unless this many files are parsed one by one: each costs ~30 ms of Polars work however small
+PARALLEL_MIN_BATCHED = 2000  # ... or this many are read to be built with others (~2 ms each)
+BUILD_FILES = 256  # files read and waiting to be built together, at most, per kind
 # Files smaller than this travel to a worker in batches: a task's round trip (pickling the
 # sources and the frames, the result's wake-up) costs milliseconds, as much as parsing a small log.
 BATCH_BYTES = 4 << 20
@@ -196,7 +206,9 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
     workers = min(os.cpu_count() or 1, len(sources))
     # A file read on its own and built with others of its kind costs a fraction of one parsed alone.
     one_by_one = sum(1 for s in sources if not _batched(s))
-    if (total_bytes < PARALLEL_MIN_BYTES and one_by_one < PARALLEL_MIN_FILES) or workers < 2:
+    small_job = (total_bytes < PARALLEL_MIN_BYTES and one_by_one < PARALLEL_MIN_FILES
+                 and len(sources) - one_by_one < PARALLEL_MIN_BATCHED)
+    if small_job or workers < 2:
         def before(source: Source) -> None:
             nonlocal done_files, done_bytes
             if progress:

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from postmortem import discover
+from postmortem import api, discover
 from postmortem.parsers import textlog
 from postmortem.parsers.source import Source
 
@@ -80,3 +80,22 @@ def test_only_small_plain_files_are_batched(tmp_path):
     assert textlog.batchable(source(small))
     assert not textlog.batchable(source(big))
     assert not textlog.batchable(source(packed))  # a gzip stream cut short must keep what it read, file by file
+
+
+def test_files_read_to_be_built_together_wait_in_bounded_batches(monkeypatch, sample):
+    """What was read waits in memory until its batch is built: a job of 100,000 small logs must
+    not hold them all (and the batches give what one batch gives)."""
+    whole = api.analyze(sample("rank_sigkill"), keep=False)
+    sizes = []
+    build = textlog.build
+
+    def counted(reads):
+        sizes.append(len(reads))
+        return build(reads)
+
+    monkeypatch.setattr(textlog, "build", counted)
+    monkeypatch.setattr(api, "BUILD_FILES", 2)
+    split = api.analyze(sample("rank_sigkill"), keep=False)
+    assert sizes and max(sizes) <= 2 and sum(sizes) > 2
+    assert split["verdict"] == whole["verdict"]
+    assert [f["summary"] for f in split["findings"]] == [f["summary"] for f in whole["findings"]]
