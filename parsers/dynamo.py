@@ -336,7 +336,7 @@ def guard_kinds(lines: list[str]) -> tuple[int, dict[str, int]]:
 # ------------------------------------------------------------------ TORCH_LOGS text lines
 
 _PREFILTER = r"_dynamo[/.]|Graph break|Recompiling function|torch\._inductor\.exc\."
-# "[4/1] [__recompiles] " before the body: stripped by a replace, taken apart once per distinct prefix.
+# "[4/1] [__recompiles] " before the body: stripped by a replace, taken apart (once per distinct message).
 _MSG_PREFIX = rf"^(?:\[{_CID}\] )?(?:\[__\w+\] ?)?"
 _MSG_FIELDS = rf"^(?:\[(?<cid>{_CID})\] )?(?:\[__(?<art>\w+)\] ?)?"
 # PyTorch 2.1's header: "[2023-11-21 19:02:13,073] [0/1] torch._dynamo.guards.__recompiles: [DEBUG] ..."
