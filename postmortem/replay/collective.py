@@ -82,7 +82,7 @@ def _issue(dist, torch, op: Op, world: int, device):
 
 
 def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeout_s: float, events,
-            release) -> None:
+            release, issuing) -> None:
     import torch
     import torch.distributed as dist
 
@@ -96,6 +96,7 @@ def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeo
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
         events.put(("ready", rank, None))
         for op in ops:
+            issuing[rank] = op.seq
             events.put(("start", rank, op.seq))
             try:
                 _issue(dist, torch, op, world, device)
@@ -104,6 +105,8 @@ def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeo
             except UnsupportedOp as exc:
                 events.put(("skip", rank, op.seq, str(exc)))
                 continue
+            finally:
+                issuing[rank] = _NOT_ISSUING
             events.put(("done", rank, op.seq))
         events.put(("finished", rank, None))
         # A rank whose recorded sequence ends early stays connected and silent, as the real
@@ -116,6 +119,7 @@ def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeo
 
 
 STARTUP_S = 120.0  # spawning the workers and importing torch; not counted in the replay's timeout
+_NOT_ISSUING = -1
 
 
 def run(p: Plan, backend: str, timeout_s: float, startup_s: float = STARTUP_S) -> Outcome:
@@ -128,13 +132,17 @@ def run(p: Plan, backend: str, timeout_s: float, startup_s: float = STARTUP_S) -
     ctx = mp.get_context("spawn")
     events = ctx.Queue()
     release = ctx.Event()
+    # The collective each rank is in, written to shared memory before it is issued: a rank that
+    # dies in it (gloo's size check aborts the process) may take its queued "start" event with
+    # it, unsent by the queue's feeder thread, but not this.
+    issuing = ctx.Array("q", [_NOT_ISSUING] * p.world_size, lock=False)
     port = free_port()
     started = time.monotonic()
     # The collective timeout is shorter than the replay's deadline, so a hung collective
     # surfaces as the backend's own timeout error when it can.
     collective_timeout = max(2.0, timeout_s * 0.6)
     procs = {r: ctx.Process(target=_worker, args=(r, p.world_size, port, backend, p.sequences.get(r, []),
-                                                  collective_timeout, events, release), daemon=True)
+                                                  collective_timeout, events, release, issuing), daemon=True)
              for r in range(p.world_size)}
     for proc in procs.values():
         proc.start()
@@ -175,8 +183,9 @@ def run(p: Plan, backend: str, timeout_s: float, startup_s: float = STARTUP_S) -
         if proc.exitcode is not None:  # it died on its own (gloo's size check aborts the process)
             how = (f"signal {signal.Signals(-proc.exitcode).name}" if proc.exitcode < 0
                    else f"exit code {proc.exitcode}")
-            outcome.failed_at[rank] = current[rank]
-            outcome.errors[rank] = f"at seq {current[rank]}: the process died ({how})"
+            seq = issuing[rank] if issuing[rank] != _NOT_ISSUING else current[rank]
+            outcome.failed_at[rank] = seq
+            outcome.errors[rank] = f"at seq {seq}: the process died ({how})"
         else:
             outcome.hung[rank] = current[rank]
     for proc in procs.values():
