@@ -35,7 +35,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame
 
-from .lines import extract_groups, header_source
+from .lines import extract_groups, following, header_source
 from .runtime import is_user_frame
 
 MAX_REASON = 1000
@@ -426,21 +426,21 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
         m = _EXCEPTION.match(start["text"].strip())
         if not m:
             continue
-        block = df.slice(start["pos"] + 1, EXCEPTION_LOOKAHEAD).filter(
-            (pl.col("file") == start["file"]) & pl.col("rank").eq_missing(start["rank"]) & (pl.col("tee") == start["tee"])
+        block = following(df, start, EXCEPTION_LOOKAHEAD, first=1).filter(
+            pl.col("rank").eq_missing(start["rank"]) & (pl.col("tee") == start["tee"])
         )["text"].to_list()
-        following = []
+        lines_after = []
         for line in block:
             s = line.strip()
             if s.startswith(("Set TORCHDYNAMO_VERBOSE", "Traceback (most recent", "The above exception",
                              "During handling")) or _EXCEPTION.match(s):
                 break
-            following.append(line)
-        explanation = next((s.split(":", 1)[1].strip() for s in map(str.strip, following)
+            lines_after.append(line)
+        explanation = next((s.split(":", 1)[1].strip() for s in map(str.strip, lines_after)
                             if s.startswith("Explanation:")), None)
-        user_code = next((i for i, s in enumerate(following) if s.strip() == "from user code:"), None)
+        user_code = next((i for i, s in enumerate(lines_after) if s.strip() == "from user code:"), None)
         user_lines: list[str] = []
-        for line in following[user_code + 1:] if user_code is not None else []:
+        for line in lines_after[user_code + 1:] if user_code is not None else []:
             if not line.strip() and user_lines:
                 break
             user_lines.append(line)

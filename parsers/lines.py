@@ -44,16 +44,6 @@ class LineChunk:
     own: int  # rows [0, own) belong to this chunk, the rest is lookahead
 
 
-def is_gzip(path: Path) -> bool:
-    """Whether the file holds a gzip stream (by magic number); False for one that cannot be
-    opened, whose parse then says why."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(2) == b"\x1f\x8b"
-    except OSError:
-        return False
-
-
 def open_binary(path: Path) -> io.BufferedIOBase:
     """The file's bytes, gunzipped when it is gzip (by magic number, not by name)."""
     fh = open(path, "rb")
@@ -75,6 +65,12 @@ def per_distinct(df: pl.DataFrame, key: str, *exprs: pl.Expr) -> pl.DataFrame:
     take apart (a line's rank prefix, a compile id) repeat over thousands of lines."""
     values = df.select(pl.col(key).unique()).with_columns(*exprs)
     return df.join(values, on=key, how="left", maintain_order="left", nulls_equal=True)
+
+
+def following(df: pl.DataFrame, start: dict, lines: int, first: int = 0) -> pl.DataFrame:
+    """``lines`` rows of ``df`` from ``first`` rows after ``start`` (one of its rows; 0 is the row
+    itself), those of start's file only: a frame can hold several small files one after another."""
+    return df.slice(start["pos"] + first, lines).filter(pl.col("file") == start["file"])
 
 
 def header_source(df: pl.DataFrame) -> pl.DataFrame:

@@ -35,7 +35,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame
 
-from .lines import extract_groups, per_distinct
+from .lines import extract_groups, following, per_distinct
 from .runtime import oom_figures
 
 _ANSI = r"\x1b\[[0-9;]*m"
@@ -188,7 +188,7 @@ def _summaries(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.Da
         device = int(re.search(_SUMMARY_HEAD, start["msg"])[1])
         figures: dict[str, int | None] = {"device": device}
         same_rank = (pl.col("rank") == start["rank"]) if start["rank"] is not None else pl.col("rank").is_null()
-        block = df.slice(start["pos"] + 1, _SUMMARY_LINES).filter((pl.col("file") == start["file"]) & same_rank)
+        block = following(df, start, _SUMMARY_LINES, first=1).filter(same_rank)
         for text in block["msg"].to_list():
             text = text.strip()
             if "memory summary, device ID" in text:

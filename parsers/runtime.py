@@ -27,7 +27,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame, json_attrs
 
-from .lines import extract_groups, header_source
+from .lines import extract_groups, following, header_source
 
 MAX_MESSAGE = 2000
 TRACEBACK_MAX_LINES = 400
@@ -211,12 +211,6 @@ def _version_events(own: pl.DataFrame) -> pl.DataFrame:
 def _rows(df: pl.DataFrame,
           columns=("file", "pos", "line_no", "rank", "tee", "text", "level", "ts", "ts_ff", "ts_bf", "pid")) -> list[dict]:
     return header_source(df).select(columns).to_dicts()
-
-
-def following(df: pl.DataFrame, start: dict, lines: int) -> pl.DataFrame:
-    """Up to ``lines`` rows from ``start`` (a row of ``df``) on, in its file: a frame can hold
-    several small files one after another."""
-    return df.slice(start["pos"], lines).filter(pl.col("file") == start["file"])
 
 
 def _when(row: dict) -> tuple[datetime | None, dict]:

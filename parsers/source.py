@@ -13,6 +13,7 @@ class Source:
     kind: str  # the sniffed kind (a parser module's KIND)
     rank: int | None = None  # rank the whole file speaks for, when discovery could tell
     bytes: int = 0
+    compressed: bool = False  # a gzip stream (discovery opens every file: it knows)
     lines: int | None = None  # set by text parsers: lines read
     year: int = 1970  # glog lines carry no year: the run's year
     # Console lines (torchrun --tee) of these ranks are copies of their own per-rank files,

@@ -40,7 +40,7 @@ from datetime import datetime
 import polars as pl
 
 from . import detail, dynamo, memory, nccl, runtime
-from .lines import LineChunk, is_gzip, read_line_chunks
+from .lines import LineChunk, read_line_chunks
 from .source import Source
 
 KIND = "text_log"
@@ -176,7 +176,7 @@ BATCH_MAX_BYTES = 1 << 20
 
 
 def batchable(source: Source) -> bool:
-    return source.bytes < BATCH_MAX_BYTES and not is_gzip(source.path)
+    return source.bytes < BATCH_MAX_BYTES and not source.compressed
 
 
 @dataclass

@@ -11,6 +11,7 @@ Nothing here raises for a bad file: it is recorded with the reason it was skippe
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import re
@@ -106,6 +107,11 @@ def _skip(root: Path, path: Path, kind: str, reason: str, size: int | None = Non
 
 def read_head(path: Path) -> bytes:
     """The first HEAD_BYTES of the file's content; what there is of it if a gzip stream ends early."""
+    return _head_and_compression(path)[0]
+
+
+def _head_and_compression(path: Path) -> tuple[bytes, bool]:
+    """read_head's bytes, and whether the file is a gzip stream."""
     head = b""
     with open_binary(path) as fh:
         try:
@@ -115,7 +121,7 @@ def read_head(path: Path) -> bytes:
                     break
         except EOFError:
             pass
-    return head[:HEAD_BYTES]
+        return head[:HEAD_BYTES], isinstance(fh, gzip.GzipFile)
 
 
 def rank_from_name(rel: str) -> int | None:
@@ -206,7 +212,7 @@ def discover(root: Path, limits: Limits = Limits()) -> Discovery:
             found.skipped.append(_skip(found.root, path, "empty", "empty file", 0))
             continue
         try:
-            head = read_head(path)
+            head, compressed = _head_and_compression(path)
         except (OSError, EOFError) as exc:
             found.skipped.append(_skip(found.root, path, "unreadable", f"cannot read: {exc}", st.st_size))
             continue
@@ -231,7 +237,7 @@ def discover(root: Path, limits: Limits = Limits()) -> Discovery:
             rank = getattr(_PARSERS_BY_KIND.get(kind), "rank_from_head", lambda _: None)(head)
         if rank is None and not console:
             rank = rank_from_name(rel)
-        source = Source(path=path, name=rel, kind=kind, rank=rank, bytes=st.st_size)
+        source = Source(path=path, name=rel, kind=kind, rank=rank, bytes=st.st_size, compressed=compressed)
         found.sources.append(source)
         if console:
             consoles.append(source)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 from pathlib import Path
 
 import polars as pl
@@ -72,10 +73,11 @@ def test_only_small_plain_files_are_batched(tmp_path):
     small.write_text("x\n")
     big.write_bytes(b"x\n" * (textlog.BATCH_MAX_BYTES // 2 + 1))
     packed = tmp_path / "small.log.gz"
-    packed.write_bytes(b"\x1f\x8b" + b"\x00" * 20)
+    packed.write_bytes(gzip.compress(b"x\n"))
+    found = {s.name: s for s in discover.discover(tmp_path).sources}  # discovery tells gzip from plain
 
     def source(path: Path) -> Source:
-        return Source(path=path, name=path.name, kind="text_log", bytes=path.stat().st_size)
+        return found[path.name]
 
     assert textlog.batchable(source(small))
     assert not textlog.batchable(source(big))
