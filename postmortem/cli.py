@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -417,6 +418,8 @@ def rerun(
     detail: bool = typer.Option(False, "--detail", help="Also TORCH_DISTRIBUTED_DEBUG=DETAIL (slower collectives)."),
     fmt: str = typer.Option("rich", "--format", "-f", help="rich, text or json."),
     fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 if a finding of the rerun is at least this severe."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Run the command the --against run recorded without asking "
+                             "(it is printed first)."),
     quiet: bool = QuietOption,
     db: Optional[Path] = DbOption,
 ) -> None:
@@ -427,7 +430,10 @@ def rerun(
 
     Example:  postmortem rerun --timeout 300 -- torchrun --nproc-per-node 2 train.py --steps 20
 
-    Example:  postmortem rerun --against 20261129-1333    (the command that run recorded)
+    Example:  postmortem rerun --against 20261129-1333 --yes    (the command that run recorded)
+
+    A command recorded in the logs is shown and run only when you say so: at the prompt on a
+    terminal, or with --yes (scripts).
     """
     _check_format(fmt, ("rich", "text", "json"))
     from .replay import rerun as reruns
@@ -445,10 +451,19 @@ def rerun(
         err.print(Text(f"postmortem rerun: {' '.join(argv)}  (logs in {where}, timeout {timeout:g} s)", style="dim"),
                   soft_wrap=True)
 
+    def confirm(argv: list[str]) -> bool:
+        # The exact argv, one quoted word each, so what runs is what the user read.
+        err.print(Text(f"the run recorded this command: {shlex.join(argv)}", style="bold"), soft_wrap=True)
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            return False
+        return typer.confirm("Run it?", default=False, err=True)
+
     try:
         result = reruns.rerun(command, db=db, against=against, out=out_dir, timeout_s=timeout, grace_s=grace,
                               profile=profile, detail=detail, fail_on=fail_on, echo=None if quiet else echo,
-                              before_start=started)
+                              before_start=started, confirm=confirm)
     except PostmortemError as exc:
         _fail(exc)
     if fmt == "json":

@@ -43,6 +43,11 @@ JOB = textwrap.dedent("""
         opt.zero_grad()
         print(f"[rank{rank}] step {step}", flush=True)
     dist.destroy_process_group()
+    # torch 2.13's gloo can abort in static destructors at interpreter exit ("terminate called
+    # without an active exception", seen in this suite): a healthy job here leaves without them.
+    sys.stdout.flush()
+    import os
+    os._exit(0)
 """)
 
 # A launcher that ignores SIGTERM and starts a worker in a session of its own (as torchrun does)
@@ -101,9 +106,9 @@ def test_hanging_job_is_dumped_and_killed_at_the_timeout_and_every_process_reape
     assert result["seconds"] <= 12 + 6 + 0.5
     assert len(result["pids"]) >= 3  # torchrun and its two workers (each in a session of its own)
     assert not [pid for pid in result["pids"] if _alive(pid)]
-    if shutil.which("py-spy"):
-        assert sorted(result["pyspy"]) == ["pyspy/rank0.txt", "pyspy/rank1.txt"]
-        assert "job.py" in (tmp_path / "rerun" / "pyspy" / "rank1.txt").read_text()
+    assert rerun.pyspy_exe(), "py-spy is a test dependency"
+    assert sorted(result["pyspy"]) == ["pyspy/rank0.txt", "pyspy/rank1.txt"]
+    assert "job.py" in (tmp_path / "rerun" / "pyspy" / "rank1.txt").read_text()
     assert result["run_id"] in [r["run_id"] for r in api.runs()]
     assert api.show(result["run_id"])["job"]["labels"]["rerun_ended"] == "timeout"
 
@@ -121,7 +126,8 @@ def test_processes_ignoring_sigterm_are_killed_after_the_grace_period(history, t
 def test_rerun_against_a_prior_run_reuses_its_command_and_lists_the_shared_signature(history, job, tmp_path):
     first = rerun.rerun([*TORCHRUN, job, "crash"], out=tmp_path / "first", timeout_s=60)
     assert first["verdict"]["signature"] == "rank-crash" and first["verdict"]["culprit_ranks"] == [1]
-    result = cli("rerun", "--against", first["run_id"][:15], "--out", str(tmp_path / "second"), "-f", "json", "-q")
+    result = cli("rerun", "--against", first["run_id"][:15], "--yes", "--out", str(tmp_path / "second"), "-f", "json",
+                 "-q")
     assert result.exit_code == 1, result.output  # a critical finding, as analyze would exit
     second = json.loads(result.stdout)
     assert second["against"] == first["run_id"] and second["command"] == first["command"]
@@ -129,7 +135,7 @@ def test_rerun_against_a_prior_run_reuses_its_command_and_lists_the_shared_signa
                                        "original_ranks": [1], "rerun_role": "root_cause", "rerun_ranks": [1]}]
     assert second["diff"]["only_original"] == [] and second["diff"]["only_rerun"] == []
     assert api.show(second["run_id"])["job"]["labels"]["rerun_of"] == first["run_id"]
-    text = cli("rerun", "--against", first["run_id"], "--out", str(tmp_path / "third"), "-q", "--timeout", "60")
+    text = cli("rerun", "--against", first["run_id"], "-y", "--out", str(tmp_path / "third"), "-q", "--timeout", "60")
     assert "rank-crash" in text.stdout and "both" in text.stdout and "root_cause ranks [1]" in text.stdout
 
 
@@ -159,6 +165,24 @@ def test_bad_input_exits_2_with_one_sentence_and_no_traceback(sample, history, a
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert len([r for r in api.runs() if r["run_id"] != healthy]) == 0  # nothing ran, nothing ingested
+
+
+def test_a_command_planted_in_a_pyspy_file_is_shown_but_never_run_without_yes(sample, history, tmp_path):
+    # A log directory is input: a py-spy file whose Process line names a shell must not make
+    # `rerun --against` start that shell. The planted dump is a real one with its command replaced.
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    planted = tmp_path / "planted-side-effect"
+    real = (sample("hang_dataloader") / "pyspy" / "rank1.txt").read_text().splitlines()
+    real[0] = f'Process 1841: /bin/sh -c "touch {planted}"'
+    (logs / "rank0.txt").write_text("\n".join(real) + "\n")
+    run_id = api.analyze(logs)["run_id"]
+    assert api.show(run_id)["job"]["command"].startswith("/bin/sh -c")  # recorded, as the logs say
+    result = cli("rerun", "--against", run_id, "--out", str(tmp_path / "out"), "-q")  # stdin is not a terminal
+    assert result.exit_code == 2, result.output
+    assert "never run unasked" in result.output and "/bin/sh -c" in result.output and "Traceback" not in result.output
+    assert not planted.exists() and not (tmp_path / "out").exists()
+    assert [r["run_id"] for r in api.runs()] == [run_id]  # nothing ran, nothing ingested
 
 
 def test_an_output_directory_that_is_not_empty_is_refused(history, tmp_path):

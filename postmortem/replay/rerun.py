@@ -27,6 +27,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -233,10 +234,15 @@ def _subreaper(on: bool) -> bool:
         return False
 
 
+def pyspy_exe() -> str | None:
+    """py-spy on PATH, or installed beside this Python (a venv whose bin/ is not on PATH)."""
+    return shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+
+
 def _pyspy_dumps(job: Job, out: Path, budget_s: float) -> list[str]:
     """py-spy dump of each rank's main Python process (ranks from RANK in its environment; the
     job's Python processes by pid when none has a rank). Bounded by ``budget_s`` in all."""
-    exe = shutil.which("py-spy")
+    exe = pyspy_exe()
     if exe is None:
         log.info("py-spy is not on PATH: no stack dumps")
         return []
@@ -435,8 +441,13 @@ def _profile_site(tmp: Path) -> Path:
 def rerun(argv: list[str] | None, db: Path | None = None, against: str | None = None, out: Path | None = None,
           timeout_s: float = 600.0, grace_s: float = 10.0, profile: bool = False, detail: bool = False,
           fail_on: str = "error", echo: Callable[[bytes], None] | None = None,
-          before_start: Callable[[list[str], Path], None] | None = None) -> dict:
-    """Run the command (or the one ``against`` recorded), analyze what it left, diff with ``against``."""
+          before_start: Callable[[list[str], Path], None] | None = None,
+          confirm: Callable[[list[str]], bool] | None = None) -> dict:
+    """Run the command (or the one ``against`` recorded), analyze what it left, diff with ``against``.
+
+    A command recorded in a log directory is input like the rest of it: it runs only when
+    ``confirm`` is given and says yes to its exact argv (the CLI asks on a terminal, or takes --yes).
+    """
     if timeout_s <= 0 or grace_s < 0:
         raise PostmortemError("--timeout must be positive and --grace not negative (seconds).")
     api.exit_status([], fail_on)  # a bad --fail-on fails before the job runs, not after
@@ -450,6 +461,9 @@ def rerun(argv: list[str] | None, db: Path | None = None, against: str | None = 
             raise PostmortemError("Give the command to run after -- (e.g. postmortem rerun -- torchrun "
                                   "--nproc-per-node 2 train.py), or --against RUN_ID to run the one it recorded.")
         against, argv, notes = recorded_command(against, db)
+        if confirm is None or not confirm(argv):
+            raise PostmortemError(f"Run {against} recorded the command `{shlex.join(argv)}`; a command read from "
+                                  "logs is never run unasked: pass it after -- or add --yes to run it.")
     if "/" not in argv[0] and shutil.which(argv[0]) is None:
         raise PostmortemError(f"No such command: {argv[0]} (not on PATH).")
     out = Path(out) if out else Path.cwd() / datetime.now().strftime("postmortem-rerun-%Y%m%d-%H%M%S")
@@ -478,7 +492,7 @@ def rerun(argv: list[str] | None, db: Path | None = None, against: str | None = 
     if outcome.left_running:
         notes.append(f"processes {outcome.left_running} were still running after the command exited: killed")
     if outcome.ended == "timeout" and not outcome.pyspy:
-        notes.append("no py-spy dumps: py-spy is not on PATH" if shutil.which("py-spy") is None
+        notes.append("no py-spy dumps: py-spy is not on PATH" if pyspy_exe() is None
                      else "no py-spy dumps: no Python process of the job was left to dump")
     labels = {"rerun": "true", "command": shlex.join(argv), "rerun_ended": outcome.ended,
               "rerun_exit_code": str(outcome.exit_code)}
