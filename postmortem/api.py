@@ -323,6 +323,7 @@ def ingest(
     con, run_id, found = load(path, progress, limits, labels)
     con.execute("UPDATE runs SET fingerprint = ? WHERE run_id = ?", [run_fingerprint(found, signatures), run_id])
     sigs, broken = catalog.load_all(Path(signatures) if signatures else None)
+    store.sandbox(con)  # signature SQL (the user's too) sees the run's tables and nothing else
     findings = engine.match(con, run_id, sigs, broken)
     for origin, why in broken:
         log.warning("signature %s skipped: %s", origin, why)
@@ -368,8 +369,11 @@ def test_signature(signature_file: str | Path, path: str | Path) -> tuple[catalo
     except ValueError as exc:
         raise PostmortemError(f"{file} is not a valid signature: {exc}") from exc
     con, run_id, _ = load(path)
+    store.sandbox(con)
     try:
         rows = engine.evidence_rows(con, sig, run_id)
+    except engine.Refused as exc:
+        raise PostmortemError(f"{file} was refused: {exc}.") from exc
     except Exception as exc:
         raise PostmortemError(f"{file} failed on {path}: {exc}") from exc
     return sig, rows
@@ -400,14 +404,19 @@ def query(sql: str, db: str | Path | None = None, write: bool = False,
     if parquet is not None:
         con = store.parquet_history(Path(parquet))
     else:
-        con = store.open_history(Path(db) if db else store.default_db_path(), write=write)
+        con = store.sandbox(store.open_history(Path(db) if db else store.default_db_path(), write=write))
     try:
         cur = con.execute(sql)
+        if cur.description is None:
+            return [], []
+        return [d[0] for d in cur.description], cur.fetchall()
+    except duckdb.PermissionException as exc:
+        raise PostmortemError("Refused: postmortem sql reaches only the history's tables, not files, URLs or "
+                              f"extensions ({str(exc).splitlines()[0]}).") from exc
     except duckdb.Error as exc:
         raise PostmortemError(f"SQL error: {str(exc).splitlines()[0]}") from exc
-    if cur.description is None:
-        return [], []
-    return [d[0] for d in cur.description], cur.fetchall()
+    finally:
+        con.close()  # DuckDB shares one instance per file in a process: a locked one must not outlive the query
 
 
 def scenario_dirs(paths: list[str | Path]) -> list[Path]:

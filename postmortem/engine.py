@@ -25,6 +25,7 @@ import duckdb
 
 from .catalog import SEVERITIES, Signature
 from .checks import shared_results
+from .errors import PostmortemError
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +72,14 @@ def render(template: str, values: dict) -> str:
         return f"{template.strip()} (template error: {exc})"
 
 
+class Refused(PostmortemError):
+    """A signature reached for something besides the run's tables (a file, a URL, an extension, a write)."""
+
+
 def _select_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     statements = con.extract_statements(sql)
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
-        raise ValueError("a signature query must be a single SELECT")
+        raise Refused("a signature query must be a single SELECT over the run's tables")
 
 
 def _run_query(con: duckdb.DuckDBPyConnection, sql: str, run_id: str, timeout_s: float) -> list[dict]:
@@ -83,7 +88,10 @@ def _run_query(con: duckdb.DuckDBPyConnection, sql: str, run_id: str, timeout_s:
     timer.start()
     try:
         params = {"run_id": run_id} if "$run_id" in sql else None
-        cur = con.execute(sql, params) if params else con.execute(sql)
+        try:
+            cur = con.execute(sql, params) if params else con.execute(sql)
+        except duckdb.PermissionException as exc:  # the connection is sandboxed (store.sandbox)
+            raise Refused(f"it reached outside the run's tables ({str(exc).splitlines()[0]})") from exc
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r)) for r in cur.fetchall()]
     finally:
@@ -174,6 +182,8 @@ def match(con: duckdb.DuckDBPyConnection, run_id: str, signatures: list[Signatur
         for sig in signatures:
             try:
                 rows = evidence_rows(con, sig, run_id)
+            except Refused as exc:  # not broken but hostile: the analysis stops and says which file
+                raise PostmortemError(f"Signature {sig.origin} ({sig.id}) was refused: {exc}.") from exc
             except Exception as exc:  # a broken user signature must not stop the others
                 log.warning("signature %s failed: %s", sig.id, exc)
                 if problems is not None:

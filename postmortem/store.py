@@ -141,23 +141,47 @@ def _retry_locked(action, what: str, wait_s: float):
             delay = min(delay * 2, 1.0)
 
 
+def sandbox(con: duckdb.DuckDBPyConnection, allowed: Path | None = None) -> duckdb.DuckDBPyConnection:
+    """From here on SQL on ``con`` reaches only its own tables (and the files under ``allowed``):
+    no file, URL, ATTACH, COPY, INSTALL or LOAD, and the settings locked so no query can undo it.
+    Signature files and `postmortem sql` are user SQL over logs from machines we may not trust."""
+    if con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]:
+        if con.execute("SELECT current_setting('enable_external_access')").fetchall()[0][0]:
+            raise PostmortemError("The database's settings are locked with external access on; cannot sandbox it.")
+        return con  # another connection to the same file already sandboxed it
+    if allowed is not None:
+        con.execute("SET allowed_directories = ?", [[str(allowed.resolve()) + os.sep]])
+    for setting in ("autoinstall_known_extensions", "autoload_known_extensions", "enable_external_access"):
+        con.execute(f"SET {setting} = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def _rows_of(con: duckdb.DuckDBPyConnection, table: str, run_id: str | None):
+    """A table's rows (one run's, or all) as a stream of Arrow batches: a sandboxed connection
+    cannot ATTACH or COPY, so its rows travel to the history or Parquet through Arrow."""
+    where = "WHERE run_id = $run_id" if run_id else ""
+    return con.sql(f"SELECT * FROM {table} {where}", params={"run_id": run_id} if run_id else None).to_arrow_reader()
+
+
 def persist(con: duckdb.DuckDBPyConnection, db_path: Path, run_id: str, wait_s: float = LOCK_WAIT_S) -> None:
     """Copy run ``run_id`` from the staging database into the history file, atomically."""
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    quoted = str(db_path).replace("'", "''")
-    _retry_locked(lambda: con.execute(f"ATTACH '{quoted}' AS history"), str(db_path), wait_s)
+    history = _retry_locked(lambda: duckdb.connect(str(db_path)), str(db_path), wait_s)
     try:
-        migrate(con, "history")
-        con.execute("BEGIN TRANSACTION")
+        migrate(history, history.execute("SELECT current_database()").fetchall()[0][0])
+        history.execute("BEGIN TRANSACTION")
         try:
             for table in TABLES:
-                con.execute(f"INSERT INTO history.{table} SELECT * FROM memory.{table} WHERE run_id = ?", [run_id])
-            con.execute("COMMIT")
+                history.register("_incoming", _rows_of(con, table, run_id))
+                history.execute(f"INSERT INTO {table} SELECT * FROM _incoming")
+                history.unregister("_incoming")
+            history.execute("COMMIT")
         except Exception:
-            con.execute("ROLLBACK")
+            history.execute("ROLLBACK")
             raise
     finally:
-        con.execute("DETACH history")
+        history.close()
 
 
 def open_history(db_path: Path, write: bool = False, wait_s: float = LOCK_WAIT_S) -> duckdb.DuckDBPyConnection:
@@ -181,28 +205,33 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: Path, run_id: str | None
     """Write every table (one run, or all) as hive-partitioned Parquet: OUT/<table>/date=…/job=…/.
 
     Partitions are by the analysis date and the job id, so a cluster's epilogs can each write
-    their runs into one shared tree and DuckDB, Spark or Trino query it as one table.
+    their runs into one shared tree and DuckDB, Spark or Trino query it as one table. ``con``
+    may be sandboxed: the rows are written by a connection of this function's own.
     """
     out.mkdir(parents=True, exist_ok=True)
     written = {}
-    where = "WHERE t.run_id = $run_id" if run_id else ""
-    for table in TABLES:
-        target = str(out / table).replace("'", "''")
-        part = "r" if table != "runs" else "t"
-        params = {"run_id": run_id} if run_id else {}
-        count = con.execute(f"SELECT count(*) FROM {table} t {where}", params).fetchall()[0][0]
-        if not count:
-            continue
-        join = "" if table == "runs" else "JOIN runs r ON r.run_id = t.run_id"
-        con.execute(
-            f"""COPY (SELECT t.*, strftime({part}.analyzed_at, '%Y-%m-%d') AS date,
-                             regexp_replace(coalesce({part}.job_id, 'none'), '[^A-Za-z0-9._-]', '_', 'g') AS job
-                      FROM {table} t {join} {where})
-                TO '{target}' (FORMAT PARQUET, PARTITION_BY (date, job), OVERWRITE_OR_IGNORE,
-                               FILENAME_PATTERN '{{uuid}}')""",
-            params,
-        )
-        written[table] = count
+    runs = con.sql("SELECT run_id, strftime(analyzed_at, '%Y-%m-%d') AS date, "
+                   "regexp_replace(coalesce(job_id, 'none'), '[^A-Za-z0-9._-]', '_', 'g') AS job FROM runs "
+                   + ("WHERE run_id = $run_id" if run_id else ""), params={"run_id": run_id} if run_id else None
+                   ).to_arrow_table()
+    writer = duckdb.connect()
+    try:
+        writer.register("_runs", runs)
+        for table in TABLES:
+            count = con.execute(f"SELECT count(*) FROM {table} " + ("WHERE run_id = $run_id" if run_id else ""),
+                                {"run_id": run_id} if run_id else {}).fetchall()[0][0]
+            if not count:
+                continue
+            target = str(out / table).replace("'", "''")
+            writer.register("_rows", _rows_of(con, table, run_id))
+            # the partition columns come from the run (its date and job), joined to each row
+            writer.execute(f"""COPY (SELECT t.*, r.date, r.job FROM _rows t JOIN _runs r USING (run_id))
+                               TO '{target}' (FORMAT PARQUET, PARTITION_BY (date, job), OVERWRITE_OR_IGNORE,
+                                              FILENAME_PATTERN '{{uuid}}')""")
+            writer.unregister("_rows")
+            written[table] = count
+    finally:
+        writer.close()
     return written
 
 
@@ -225,4 +254,4 @@ def parquet_history(root: Path) -> duckdb.DuckDBPyConnection:
         raise PostmortemError(f"{root} holds no postmortem Parquet tables (runs/, events/, ...).")
     for statement in view_ddl():
         con.execute(statement)
-    return con
+    return sandbox(con, allowed=root)

@@ -50,11 +50,11 @@ def test_a_broken_user_signature_is_reported_and_skipped(tmp_path):
 
 def test_user_signature_runs_in_analyze_and_a_failing_one_does_not_stop_the_others(tmp_path):
     write_sig(tmp_path / "good.toml")
-    write_sig(tmp_path / "writes.toml", id="evil", query="DELETE FROM events")
+    write_sig(tmp_path / "typo.toml", id="broken", query="SELECT no_such_column FROM events")
     report = api.analyze(sample_dir("rank_exception"), keep=False, signatures=tmp_path)
     mine = [f for f in report["findings"] if f["signature"] == "my-sig"]
     assert mine and mine[0]["summary"] == "seen on 0, 1"
-    assert "evil" not in {f["signature"] for f in report["findings"]}
+    assert "broken" not in {f["signature"] for f in report["findings"]}
     assert report["verdict"]["signature"] == "rank-crash"  # the built-ins still ran
 
 
@@ -63,7 +63,7 @@ def test_queries_must_be_a_single_select():
     for sql in ("DELETE FROM events", "SELECT 1; DROP TABLE events", "COPY events TO '/tmp/x.csv'"):
         sig = catalog.Signature(id="x", title="t", severity="info", role="context", description="d",
                                 origin="test", queries=[sql])
-        with pytest.raises(ValueError, match="single SELECT"):
+        with pytest.raises(engine.Refused, match="single SELECT"):
             engine.evidence_rows(con, sig, run_id)
     assert con.execute("select count(*) from events").fetchall()[0][0] > 0
 
