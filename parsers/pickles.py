@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import struct
 
 MAX_BYTES = 1 << 30  # a pickle larger than this is not read at all
 
@@ -21,31 +22,38 @@ class UnsafePickle(ValueError):
     """The pickle asked for something other than plain data."""
 
 
-class _PlainData(pickle.Unpickler):
+class _PlainData(pickle._Unpickler):  # noqa: SLF001 - the pure-Python unpickler, on purpose (below)
+    """Plain data only, and never more memory than the pickle's own bytes.
+
+    The C unpickler allocates whatever length an opcode claims before it reads it (a 20-byte
+    pickle claiming a 16 GiB bytes object allocates 16 GiB, from ``pickle.loads`` too). This
+    one reads through ``BytesIO.read``, which returns only what is really there, so a claim is
+    never allocated, and a claim longer than what is left is a truncated pickle.
+    """
+
     def find_class(self, module: str, name: str):  # noqa: D401 - pickle's hook
         raise UnsafePickle(f"refused global {module}.{name}: dumps hold plain data only")
 
     def persistent_load(self, pid):
         raise UnsafePickle("refused persistent id: dumps hold plain data only")
 
+    dispatch = dict(pickle._Unpickler.dispatch)  # noqa: SLF001
+    # bytearray8 allocates its claimed length before reading it; dumps never hold one
+    dispatch[pickle.BYTEARRAY8[0]] = lambda self: self._refuse("bytearray")  # noqa: SLF001
 
-class _Reader:
-    """The pickle's bytes behind only ``read`` and ``readline``.
+    def _refuse(self, what: str):
+        raise UnsafePickle(f"refused {what}: dumps hold plain data only")
 
-    Given a stream with ``readinto`` (BytesIO has one), the C unpickler allocates whatever
-    length an opcode claims before reading it: a 20-byte pickle claiming a 16 GiB bytes
-    object would allocate 16 GiB. Through ``read`` it gets what is really there, and a
-    short read is a truncated pickle.
-    """
 
-    def __init__(self, data: bytes):
-        self._buffer = io.BytesIO(data)
+class _Exact(io.BytesIO):
+    """The pickle's bytes; a read of n bytes gets n or fails (BytesIO itself never allocates
+    more than is there, so a claimed length costs nothing)."""
 
-    def read(self, n: int = -1) -> bytes:
-        return self._buffer.read(n)
-
-    def readline(self) -> bytes:
-        return self._buffer.readline()
+    def read(self, n: int | None = -1) -> bytes:
+        data = super().read(n)
+        if n is not None and 0 <= n != len(data):
+            raise pickle.UnpicklingError("pickle data was truncated")
+        return data
 
 
 def loads(data: bytes):
@@ -53,9 +61,9 @@ def loads(data: bytes):
     if len(data) > MAX_BYTES:
         raise ValueError(f"pickle larger than {MAX_BYTES >> 20} MiB")
     try:
-        return _PlainData(_Reader(data)).load()
+        return _PlainData(_Exact(data)).load()
     except UnsafePickle:
         raise
-    except (pickle.UnpicklingError, EOFError, IndexError, KeyError, TypeError, AttributeError,
-            RecursionError, MemoryError, OverflowError, UnicodeDecodeError) as exc:
+    except (pickle.UnpicklingError, EOFError, IndexError, KeyError, TypeError, AttributeError, ValueError,
+            RecursionError, MemoryError, OverflowError, UnicodeDecodeError, struct.error) as exc:
         raise ValueError(f"not a readable pickle: {type(exc).__name__}: {exc}"[:300]) from exc

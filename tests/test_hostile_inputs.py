@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import time
+import tracemalloc
 
 import duckdb
 import pytest
@@ -62,10 +63,31 @@ def test_plain_data_pickles_load_as_plain_data():
     assert pickles.loads(pickle.dumps(doc, protocol=4)) == doc
 
 
+def _peak_traced_bytes(action) -> int:
+    tracemalloc.start()
+    try:
+        action()
+    except (ValueError, pickle.UnpicklingError):
+        pass
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
 def test_a_pickle_claiming_a_huge_object_allocates_nothing():
-    claims_16_gib = b"\x80\x04\x8e" + struct.pack("<Q", 16 << 30) + b"abc"
+    claims_256_mib = b"\x80\x04\x8e" + struct.pack("<Q", 256 << 20) + b"abc"  # BINBYTES8
     with pytest.raises(ValueError, match="truncated"):
-        pickles.loads(claims_16_gib)
+        pickles.loads(claims_256_mib)
+    assert _peak_traced_bytes(lambda: pickles.loads(claims_256_mib)) < 1 << 20
+    # what the restriction is for: the C unpickler allocates the claim before reading it
+    assert _peak_traced_bytes(lambda: pickle.loads(claims_256_mib)) >= 256 << 20
+
+
+def test_a_pickle_with_a_bytearray_is_refused_before_it_is_allocated():
+    claims = b"\x80\x05\x96" + struct.pack("<Q", 256 << 20) + b"abc"
+    with pytest.raises(pickles.UnsafePickle, match="bytearray"):
+        pickles.loads(claims)
 
 
 def test_deeply_nested_and_truncated_pickles_are_bounded_errors():
