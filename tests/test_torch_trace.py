@@ -202,8 +202,9 @@ def test_mutated_real_trace_never_raises(tmp_path, cut, junk, how):
 # ------------------------------------------------------------------ the same files through tlparse
 
 
-def _tlparse() -> str | None:
+def _tlparse() -> str:
     found = shutil.which("tlparse") or shutil.which("tlparse", path=str(Path(sys.executable).parent))
+    assert found, "tlparse is a test dependency (pip install -e '.[test]')"
     return found
 
 
@@ -224,7 +225,6 @@ def tlparse_report(trace: Path, tmp_path: Path) -> tuple[set[str], list[tuple[st
     return ids, [(m["cid"], m["type"]) for m in _ROW.finditer(html)]
 
 
-@pytest.mark.skipif(_tlparse() is None, reason="tlparse is not installed (pip install tlparse)")
 @pytest.mark.parametrize("name", TRACE_SAMPLES)
 def test_compile_ids_and_failures_agree_with_tlparse(sample, tmp_path, name):
     for trace in traces(sample(name)):
