@@ -12,7 +12,9 @@ def test_export_and_query_parquet_match_the_history(tmp_path, history):
         api.analyze(sample_dir(name), db=history, labels={"job_id": f"job/{name}"})
     written = api.export(tmp_path / "pq", db=history)
     assert written["runs"] == 2 and written["events"] > 0
-    assert (tmp_path / "pq" / "events").glob("date=*/job=job_rank_sigkill/*.parquet")
+    for table in ("runs", "events", "findings"):
+        for job in ("job_rank_sigkill", "job_hang_dataloader"):
+            assert list((tmp_path / "pq" / table).glob(f"date=*/job={job}/*.parquet")), (table, job)
     sql = "select signature, count(*) from v_findings group by 1 order by 1"
     assert api.query(sql, parquet=tmp_path / "pq") == api.query(sql, db=history)
 
