@@ -35,7 +35,14 @@ LOOKAHEAD = 400
 # and a 50 MB "line" of binary junk must not cost regex time.
 MAX_LINE_CHARS = 64 << 10
 
-_PREFIX = r"^(?:\[(?<w1>[A-Za-z_]+)(?<n1>\d+)\]:)?(?:\[(?<w2>[A-Za-z_]+)(?<n2>\d+)\]:)?"
+# What launchers and log collectors put before a line, outermost first, each optional:
+#   node04 [stderr] [rank14]:...         a runner that tags each line with its host and stream
+#   [80746] [rank0]:...                  a line or pid number before a rank prefix (a log viewer's copy)
+#   [1,3]<stderr>:...                    mpirun --tag-output: [job,rank]<stream>:  (horovodrun: [rank]<stream>:)
+#   [default3]:[rank3]:...               torchrun's --tee prefix, then the rank's own prefix
+_PREFIX = (r"^(?:[\w.-]+ \[(?:stdout|stderr)\] )?"
+           r"(?:\[\d+\] \[(?<w0>[A-Za-z_]+)(?<n0>\d+)\]:|\[(?:\d+,)?(?<m0>\d+)\]<(?:stdout|stderr)>:)?"
+           r"(?:\[(?<w1>[A-Za-z_]+)(?<n1>\d+)\]:)?(?:\[(?<w2>[A-Za-z_]+)(?<n2>\d+)\]:)?")
 
 
 @dataclass
@@ -84,7 +91,8 @@ def header_source(df: pl.DataFrame) -> pl.DataFrame:
                            pl.coalesce(second.str.strip_chars_start(" "), first).alias("src"))
 
 
-_PREFIXES = r"^((?:\[[A-Za-z_]+\d+\]:){1,2})"
+_PREFIXES = (r"^((?:[\w.-]+ \[(?:stdout|stderr)\] )?(?:\[\d+\] \[[A-Za-z_]+\d+\]:|\[(?:\d+,)?\d+\]<(?:stdout|stderr)>:)?"
+             r"(?:\[[A-Za-z_]+\d+\]:){0,2})")
 # A byte no log line holds in practice: the CSV reader's separator when it splits lines.
 _NO_SEPARATOR = b"\x1f"
 
@@ -121,10 +129,11 @@ def split_lines(data: bytes | str, first_line_no: int) -> pl.DataFrame:
     df = pl.DataFrame({"raw": line_series(data)}).with_columns(raw.str.extract(_PREFIXES, 1).fill_null("").alias("prefix"))
     df = df.with_columns(raw.str.slice(pl.col("prefix").str.len_bytes()).alias("text"))  # an ASCII prefix: bytes are chars
     parts = extract_groups("prefix", _PREFIX)
-    n1 = parts.struct.field("n1").cast(pl.Int32, strict=False)
-    n2 = parts.struct.field("n2").cast(pl.Int32, strict=False)
-    w1 = parts.struct.field("w1")
-    df = per_distinct(df, "prefix", pl.coalesce(n2, n1).alias("rank"), (w1.is_not_null() & (w1 != "rank")).alias("tee"))
+    n0, n1, n2, m0 = (parts.struct.field(n).cast(pl.Int32, strict=False) for n in ("n0", "n1", "n2", "m0"))
+    # a --tee word ("default") in the first rank prefix marks the agent console's copy of a worker's line
+    first_word = pl.coalesce(parts.struct.field("w0"), parts.struct.field("w1"))
+    df = per_distinct(df, "prefix", pl.coalesce(n2, n1, n0, m0).alias("rank"),
+                      (first_word.is_not_null() & (first_word != "rank")).alias("tee"))
     text_col = pl.col("text")
     if b"\r" in data:
         text_col = text_col.str.strip_suffix("\r")

@@ -35,12 +35,17 @@ TRACEBACK_MAX_LINES = 400
 _TRACEBACK_START = "Traceback (most recent call last):"
 _NOTABLE = (
     r"(?i)\b(?:error|fatal|fail(?:ed|ure)?|abort(?:ed)?|exception|xid|nvrm|ecc|assertion|killed|nan|inf|"
-    r"overflow|skipping step|segmentation fault)\b"
+    r"overflow|skipping step|segmentation fault)\b|died with <Signals\.|exits with return code"
 )
 MESSAGE_TAIL_LINES = 30
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
 _FAULTHANDLER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
+# An exception line on its own: a (dotted) class name ending the way exception classes do, then
+# ": message" or the line's end ("torch.OutOfMemoryError: CUDA out of memory", "Unsupported: ...",
+# "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:"). Warnings are not.
+_BARE_EXCEPTION = (r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Failure|Unsupported|LimitHit|Interrupt)"
+                   r"(?::\s|:?$)")
 _TABLE_FIELD = re.compile(r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
 _TABLE_ENTRY = re.compile(r"^\[(?P<rank>\d+)\]:$")
 
@@ -121,21 +126,33 @@ def _short(text: str | None) -> str | None:
 # ---------------------------------------------------------------- single-line records
 
 
+# A launcher that names the worker by its command line: DeepSpeed's ("[launch.py:434:sigkill_handler]
+# ['/usr/bin/python3', '-u', 'main.py', '--local_rank=0', ...] exits with return code = -9") and
+# torch.distributed.launch's ("CalledProcessError: Command '[... '--local_rank=7' ...]' died with
+# <Signals.SIGSEGV: 11>.").
+_LAUNCHED = (r"--local_rank=(?<lr>\d+)\b.*(?:exits with return code = (?<code>-?\d+)"
+             r"|died with <Signals\.SIG\w+: (?<signum>\d+)>)")
+
+
 def _log_events(own: pl.DataFrame) -> pl.DataFrame:
     """Warning-and-worse header lines, and the last timestamped line of each rank."""
     text = pl.col("msg")
+    launched = extract_groups("msg", _LAUNCHED)
     kind = (
         pl.when(text.str.contains("Watchdog caught collective operation timeout", literal=True))
         .then(pl.lit("watchdog_timeout"))
         .when(text.str.contains("closing signal", literal=True))
         .then(pl.lit("agent_signal"))
-        .when(text.str.contains(r"failed \(exitcode: -?\d+\) local_rank"))
+        .when(text.str.contains(r"failed \(exitcode: -?\d+\) local_rank") | launched.struct.field("lr").is_not_null())
         .then(pl.lit("agent_failure"))
         .otherwise(pl.lit("log"))
     )
-    # Lines without a log header that still say something went wrong: a kernel log's Xid, a
-    # user's "step 7 loss nan", a CUDA kernel's assertion. The regex runs on those lines only.
-    notable = own.filter(pl.col("level").is_null()).filter(pl.col("msg").str.contains(_NOTABLE))["pos"]
+    # Lines without a log header, or logged at INFO, that still say something went wrong: a kernel
+    # log's Xid, a user's "step 7 loss nan", a CUDA kernel's assertion, DeepSpeed's "[INFO]
+    # [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss
+    # scale: 0, reducing to 0". The regex runs on those lines only.
+    notable = own.filter(pl.col("level").is_null() | (pl.col("level") == "I")).filter(
+        pl.col("msg").str.contains(_NOTABLE))["pos"]
     warnings = header_source(own.filter(
         pl.col("level").is_in(["W", "E", "F", "C"])
         | pl.col("msg").str.contains("closing signal SIG", literal=True)
@@ -165,6 +182,10 @@ def _log_events(own: pl.DataFrame) -> pl.DataFrame:
         .then(json_attrs(exit_code=failed.struct.field("code").cast(pl.Int64, strict=False),
                          local_rank=failed.struct.field("lr").cast(pl.Int64, strict=False),
                          target_pid=failed.struct.field("pid").cast(pl.Int64, strict=False)))
+        .when(launched.struct.field("lr").is_not_null())
+        .then(json_attrs(exit_code=pl.coalesce(launched.struct.field("code").cast(pl.Int64, strict=False),
+                                               -launched.struct.field("signum").cast(pl.Int64, strict=False)),
+                         local_rank=launched.struct.field("lr").cast(pl.Int64, strict=False)))
         .alias("attrs"),
     ).with_columns(
         # For agent lines the pid column names the worker acted on, so its rank is the worker's.
@@ -246,7 +267,9 @@ def _parse_traceback(lines: list[dict]) -> tuple[list[dict], dict | None, int]:
         if indent > base:
             m = _FRAME.match(text)
             if m:
-                frames.append({"file": m["file"], "line": int(m["line"]), "function": m["func"]})
+                frames.append({"file": m["file"], "line": int(m["line"]), "function": m["func"], "code": None})
+            elif frames and frames[-1]["code"] is None:
+                frames[-1]["code"] = stripped[:300]  # the frame's source line, as Python printed it
             continue
         return frames, row, i
     return frames, None, len(lines)
@@ -267,7 +290,9 @@ def _message_tail(lines: list[dict], start: dict) -> str | None:
     return "\n".join(tail)[:4000] or None
 
 
-def _tracebacks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
+def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterator[tuple[str, pl.DataFrame]]:
+    """Tracebacks whose header starts in ``own``; the (file, line) of each one's exception line
+    is added to ``ended``."""
     starts = own.filter(pl.col("text").str.contains(_TRACEBACK_START, literal=True))
     if starts.is_empty():
         return
@@ -277,6 +302,7 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.D
         frames, last, used = _parse_traceback(block)
         if last is None:
             continue
+        ended.add((last["file"], last["line_no"]))
         tail = _message_tail(block[used + 1:], start)
         exc = _EXCEPTION.match(last["text"].strip())
         exc_type = exc["type"] if exc else None
@@ -288,7 +314,8 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.D
         events.append({**common, "line_no": last["line_no"], "level": "E", "kind": "exception",
                        "message": _short(last["text"].strip()),
                        "attrs": _attrs(exception_type=exc_type, traceback_line=start["line_no"], user_frame=where,
-                                       user_function=user["function"] if user else None, frames=len(frames),
+                                       user_function=user["function"] if user else None,
+                                       user_code=user["code"] if user else None, frames=len(frames),
                                        message_tail=tail, **timing)})
         if start["rank"] is not None:
             failures.append({**common, "line_no": last["line_no"], "exception_type": exc_type,
@@ -306,10 +333,81 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.D
     yield "stacks", frame("stacks", stacks)
 
 
+def _frames_above(lines: list[dict], row: dict) -> list[dict]:
+    """The ``File "...", line N`` frames of ``row``'s rank in the lines just above it, outermost
+    first: a traceback whose header was cut off (a paste, a rotated log) still names them."""
+    frames: list[dict] = []
+    for above in reversed(lines):
+        if above["rank"] != row["rank"] or above["tee"] != row["tee"]:
+            continue
+        m = _FRAME.match(above["text"])
+        if m:
+            frames.append({"file": m["file"], "line": int(m["line"]), "function": m["func"]})
+        elif not above["text"].startswith((" ", "\t")) or not above["text"].strip():
+            break  # frames and their indented code lines end at the first unindented line
+    return frames[::-1]
+
+
+def _bare_exceptions(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterator[tuple[str, pl.DataFrame]]:
+    """Exception lines with no traceback header above them (what users paste, a log cut by
+    rotation, torchrun echoing a worker's error): ``[rank1]: torch.OutOfMemoryError: CUDA out of
+    memory. ...``, ``RuntimeError: Error(s) in loading state_dict for Net:``. Each is an exception
+    event with the frames just above it and the lines that continue its message; the lines of
+    a traceback that ``_tracebacks`` read (``ended``) are not read again."""
+    candidates = own.filter(pl.col("level").is_null()).filter(pl.col("text").str.contains(_BARE_EXCEPTION))
+    if candidates.is_empty():
+        return
+    events, failures = [], []
+    for row in _rows(candidates):
+        if (row["file"], row["line_no"]) in ended:
+            continue
+        text = row["text"].strip()
+        exc = _EXCEPTION.match(text)
+        exc_type = exc["type"] if exc else None
+        above = _rows(df.slice(max(row["pos"] - 60, 0), min(row["pos"], 60)).filter(pl.col("file") == row["file"]))
+        frames = _frames_above(above, row)
+        user = next((f for f in reversed(frames) if is_user_frame(f["file"])), None)
+        tail = _message_tail(_rows(following(df, row, MESSAGE_TAIL_LINES, first=1)), row)
+        ts, timing = _when(row)
+        common = {"rank": row["rank"], "ts": ts, "file": row["file"], "pid": row["pid"], "line_no": row["line_no"]}
+        events.append({**common, "level": "E", "kind": "exception", "message": _short(text),
+                       "attrs": _attrs(exception_type=exc_type, bare=True, frames=len(frames),
+                                       user_frame=f"{user['file']}:{user['line']}" if user else None,
+                                       user_function=user["function"] if user else None,
+                                       message_tail=tail, **timing)})
+        if row["rank"] is not None:
+            failures.append({**common, "exception_type": exc_type, "message": _short((exc["msg"] or "") if exc else text),
+                             "source": "exception_line"})
+    yield "events", frame("events", events)
+    yield "failures", frame("failures", failures)
+
+
+# The message itself, after nothing but exception names (two ranks' lines interleaved by a
+# terminal: "OutOfMemoryErrorOutOfMemoryError.: : OutOfMemoryErrorCUDA out of memory. Tried to
+# allocate 2.11 GiB (GPU 6; ..."), not a log line that quotes it.
+_OOM_LINE = r"^\s*(?:[\w.]*(?:Error|Exception)[.: ]*)*CUDA out of memory"
+
+
+def _out_of_memory_lines(own: pl.DataFrame, ended: set) -> pl.DataFrame:
+    """CUDA out-of-memory messages wherever they stand (an excerpt that starts at one, a line
+    that interleaves two), but the ends of tracebacks, which ``_tracebacks`` read."""
+    found = header_source(own.filter(pl.col("text").str.contains("CUDA out of memory", literal=True))
+                          .filter(pl.col("msg").str.contains(_OOM_LINE)))
+    rows = []
+    for row in found.select("file", "line_no", "rank", "pid", "ts", "ts_ff", "ts_bf", "msg").to_dicts():
+        if (row["file"], row["line_no"]) in ended:
+            continue
+        ts, timing = _when(row)
+        rows.append({"rank": row["rank"], "ts": ts, "file": row["file"], "line_no": row["line_no"], "pid": row["pid"],
+                     "level": "E", "kind": "oom", "message": _short(row["msg"].strip()),
+                     "attrs": _attrs(**oom_figures(row["msg"]), **timing)})
+    return frame("events", rows)
+
+
 def _torchrun_failures(own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
     """torchrun's ChildFailedError table: one failure per ``[rank]:`` entry."""
     marked = own.filter(pl.col("rank").is_null()).filter(
-        pl.col("text").str.contains(r"^\[\d+\]:$") | pl.col("text").str.contains(_TABLE_FIELD.pattern)
+        pl.col("text").str.contains(r"^\[\d+\]:\s*$") | pl.col("text").str.contains(_TABLE_FIELD.pattern)
         | pl.col("text").str.starts_with("Root Cause (first observed failure)")
     )
     if marked.is_empty():
@@ -321,7 +419,7 @@ def _torchrun_failures(own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
     for row in _rows(marked):
         if row["file"] != file:  # a table does not go on in the next file
             file, current, first_observed = row["file"], None, False
-        text = row["text"]
+        text = row["text"].rstrip()  # pasted tables are often padded with spaces
         if text.startswith("Root Cause"):
             first_observed = True
             continue
@@ -332,7 +430,12 @@ def _torchrun_failures(own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
             entries.append(current)
             continue
         field = _TABLE_FIELD.match(text)
-        if field and current is not None and row["line_no"] - current["line_no"] <= 10:
+        if field and (current is None or field["key"] in current):
+            # an excerpt that starts inside the table, past its "[0]:" line: the fields say the rank
+            current = {"entry_rank": None, "file": row["file"], "line_no": row["line_no"],
+                       "first_observed": first_observed}
+            entries.append(current)
+        if field and row["line_no"] - current["line_no"] <= 10:
             current.setdefault(field["key"], field["value"].strip())
     events, failures = [], []
     for e in entries:
@@ -347,6 +450,8 @@ def _torchrun_failures(own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
         exit_code = int(code[1]) if code else None
         sig = signal_name(-exit_code) if exit_code is not None and exit_code < 0 else None
         error_file = e.get("error_file")
+        if not rank and e["entry_rank"] is None:
+            continue
         row = {"rank": int(rank[1]) if rank else e["entry_rank"], "ts": ts, "exit_code": exit_code, "signal": sig,
                "pid": int(code[2]) if code and code[2] else None, "host": e.get("host"), "source": "torchrun",
                "message": _short(e.get("traceback")), "file": e["file"], "line_no": e["line_no"]}
@@ -359,6 +464,32 @@ def _torchrun_failures(own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
                                        error_file=None if error_file in (None, "<N/A>") else error_file)})
     yield "failures", frame("failures", failures)
     yield "events", frame("events", events)
+
+
+def _faulthandler_threads(block: list[dict]) -> list[tuple[str, list]]:
+    """The thread sections of a faulthandler dump ("Current thread 0x...", "Thread 0x...", each
+    followed by its frames, innermost first), in the order printed."""
+    threads: list[tuple[str, list]] = []
+    for r in block:
+        text = r["text"]
+        if text.startswith(("Current thread", "Thread 0x")):
+            threads.append((text.split(" (", 1)[0], []))
+            continue
+        m = _FAULTHANDLER_FRAME.match(text)
+        if m and threads:
+            threads[-1][1].append(m)
+        elif threads and text.strip() and not text.startswith(" ") and not text.startswith("<no Python frame>"):
+            break  # the dump ended ("Extension modules: ...", the next log line)
+    return threads
+
+
+def _crashing_thread(threads: list[tuple[str, list]]) -> list[tuple[str, list]]:
+    """The thread that crashed: the one faulthandler calls current (Python 3.12 lists the
+    others first), else the first that has a frame (an abort from a thread of a library's
+    own has none)."""
+    current = [t for t in threads if t[0].startswith("Current thread")]
+    with_frames = [t for t in threads if t[1]]
+    return (current or with_frames or threads)[:1]
 
 
 def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
@@ -389,22 +520,11 @@ def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl
         events.append({**common, "level": "F", "kind": "fatal", "message": _short(text),
                        "attrs": _attrs(signal=sig, **timing)})
         failures.append({**common, "signal": sig, "message": _short(reason), "source": "faulthandler"})
-        depth = 0
-        thread = None
-        for r in block[1:]:
-            if r["text"].startswith(("Current thread", "Thread 0x")):
-                if thread is not None:
-                    break  # only the crashing (first) thread
-                thread = r["text"].split(" (", 1)[0]
-                continue
-            m = _FAULTHANDLER_FRAME.match(r["text"])
-            if m and thread is not None:
+        for thread, frames in _crashing_thread(_faulthandler_threads(block[1:])):
+            for depth, m in enumerate(frames):
                 stacks.append({"rank": start["rank"], "pid": start["pid"], "thread": thread, "depth": depth,
                                "function": m["func"], "file": m["file"], "line": int(m["line"]),
                                "source": "faulthandler", "origin": start["file"], "origin_line": start["line_no"]})
-                depth += 1
-            elif thread is not None and r["text"].strip() and not r["text"].startswith(" "):
-                break
     yield "events", frame("events", events)
     yield "failures", frame("failures", failures)
     yield "stacks", frame("stacks", stacks)
@@ -414,6 +534,9 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
     """All runtime records in one chunk; ``df`` adds lookahead rows to ``own``."""
     yield "events", _log_events(own)
     yield "events", _version_events(own)
-    yield from _tracebacks(df, own)
+    ended: set = set()  # (file, line) of the exception lines the tracebacks read
+    yield from _tracebacks(df, own, ended)
+    yield from _bare_exceptions(df, own, ended)
+    yield "events", _out_of_memory_lines(own, ended)
     yield from _torchrun_failures(own)
     yield from _fatal_blocks(df, own)

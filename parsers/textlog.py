@@ -51,10 +51,16 @@ LINE_PARSERS = (runtime, nccl, detail, dynamo, memory)
 # one ends it; its fields sit at fixed offsets or between its spaces. ASCII throughout, so
 # Polars' byte offsets (find) and character offsets (slice) agree.
 #   [level][mm][dd] [hh:mm:ss].[frac] +[pid +]src:line] msg
+# (c10's own logger does not pad the month: "[E419 10:42:28.858931807 ProcessGroupNCCL.cpp:616]"
+# is April 19; glog's does: "E0419 11:01:25.597000 245 torch/distributed/..."; before 2.2 c10
+# printed no time at all: "[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught ...")
 # (``[!-\\^-~]``: printable ASCII but "]")
-_GLOG_HEAD = r"^\[?[IWEFCVD]\d{4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d+)? +[!-\\^-~]+:\d+\]"
-_ASCTIME = r"^(?<date>\d{4}-\d\d-\d\d)[ T_](?<hms>\d\d:\d\d:\d\d)(?:[,.](?<frac>\d{1,6}))?\s*(?<msg>.*)$"
-_ASCTIME_START = r"^\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d"
+_GLOG_HEAD = r"^\[?[IWEFCVD](?:\d{3,4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d+)?)? +[!-\\^-~]+:\d+\]"
+# Python logging's asctime, bare or in brackets (DeepSpeed, torchtitan, 2.0-2.2 dynamo warnings:
+# "[2023-04-14 13:11:27,879] [INFO] [launch.py:428:sigkill_handler] Killing subprocess 13266").
+_ASCTIME = (r"^\[?(?<date>\d{4}-\d\d-\d\d)[ T_](?<hms>\d\d:\d\d:\d\d)(?:[,.](?<frac>\d{1,6}))?\]?"
+            r"\s*(?<msg>.*)$")
+_ASCTIME_START = r"^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d"
 _ASCTIME_LEVEL = r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL|FATAL)\b"
 
 
@@ -88,18 +94,22 @@ def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     df = df.with_columns(
         pl.when(text.str.contains(_GLOG_HEAD)).then(text.str.find("]", literal=True)).alias("_close"),
         text.str.starts_with("[").cast(pl.Int64).alias("_start"),
-        # where the time ends: its fraction (1 to 9 digits) starts at 15, or 16 after a "["
+        # where the time ends: its fraction (1 to 9 digits) starts at 15 (14 for an unpadded month), one later after a "["
         (text.str.slice(16, 10).str.find(" ", literal=True) + 16).alias("_time_end"),
     )
-    close, start, time_end = pl.col("_close"), pl.col("_start"), pl.col("_time_end")
+    close, start = pl.col("_close"), pl.col("_start")
     glog = close.is_not_null()
+    # a header with no time ("[E ProcessGroupNCCL.cpp:737]") has its source right after the level
+    time_end = pl.when(text.str.slice(start + 1, 1) == " ").then(start + 2).otherwise(pl.col("_time_end"))
     df = df.with_columns(
         pl.when(glog).then(text.str.slice(start + 1, time_end - start - 1)).alias("_stamp"),  # "1129 13:33:42.672765297"
         pl.when(glog).then(text.str.slice(start, 1)).alias("_level"),
         pl.when(glog).then(time_end).alias("src_at"),
         close.alias("src_end"),
     )
-    glog_ts = pl.concat_str(pl.lit(str(year)), pl.col("_stamp")).str.strptime(
+    stamp = pl.col("_stamp")
+    stamp = pl.when(stamp.str.slice(3, 1) == " ").then(pl.concat_str(pl.lit("0"), stamp)).otherwise(stamp)
+    glog_ts = pl.concat_str(pl.lit(str(year)), stamp).str.strptime(
         pl.Datetime("us"), "%Y%m%d %H:%M:%S%.f", strict=False)
     asc = _asctime_fields()
     a = lambda f: asc.struct.field(f)  # noqa: E731

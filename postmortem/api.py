@@ -262,6 +262,7 @@ def load(
         )
     store.append(con, "files", run_id, summary.files_frame(rows))
     summary.attribute_ranks_by_pid(con, run_id)
+    summary.ranks_from_local_ranks(con, run_id)
     summary.refine_untimed(con, run_id)
     store.append(con, "runs", run_id, summary.runs_frame(summary.run_facts(con, run_id, found, labels)))
     return con, run_id, found
@@ -434,8 +435,23 @@ def scenario_dirs(paths: list[str | Path]) -> list[Path]:
     return found
 
 
+def _same_line(expected: str, got: str | None) -> bool:
+    """Whether the verdict's user line is the expected one: the same file:line, the path of
+    either side possibly longer ("train.py:185" and "/job/src/train.py:185")."""
+    if not got:
+        return False
+    return got == expected or got.endswith("/" + expected) or expected.endswith("/" + got)
+
+
 def evaluate(paths: list[str | Path]) -> list[dict]:
-    """Analyze each scenario folder and compare the verdict with its expected.json."""
+    """Analyze each scenario folder and compare the verdict with its expected.json, strictly:
+
+    - the verdict's signature is the expected root cause; a benign scenario (root cause null)
+      has no finding at warning or above;
+    - where the scenario names culprits (a non-empty ``culprit_ranks``), the verdict's set is
+      that set; a scenario that names none is not counted for culprits (``culprit_ok`` None);
+    - where it names a ``user_line``, it is the verdict's own user line (``line_ok`` None if none).
+    """
     rows = []
     for scenario in scenario_dirs(paths):
         try:
@@ -444,21 +460,39 @@ def evaluate(paths: list[str | Path]) -> list[dict]:
             raise PostmortemError(f"{scenario}/expected.json is not readable JSON: {exc}") from exc
         report = analyze(scenario, keep=False)
         got = report["verdict"]
-        finding = next((f for f in report["findings"] if f["signature"] == got["signature"]), None)
-        said = json.dumps(finding) if finding else ""
+        want_ranks = expected.get("culprit_ranks") or []
         want_line = expected.get("user_line")
-        root_ok = got["signature"] == expected.get("root_cause")
-        culprit_ok = not expected.get("culprit_ranks") or got["culprit_ranks"] == expected["culprit_ranks"]
-        line_ok = not want_line or want_line.split("/")[-1] in said
-        quiet_ok = expected.get("root_cause") is not None or not any(
+        benign = expected.get("root_cause") is None
+        quiet_ok = not benign or not any(
             f["severity"] in ("warning", "error", "critical") for f in report["findings"])
+        root_ok = got["signature"] == expected.get("root_cause") and quiet_ok
+        culprit_ok = sorted(got["culprit_ranks"] or []) == sorted(want_ranks) if want_ranks else None
+        line_ok = _same_line(want_line, got.get("user_line")) if want_line else None
         rows.append({
             "scenario": scenario.name, "expected": expected.get("root_cause"), "found": got["signature"],
-            "expected_ranks": expected.get("culprit_ranks") or [], "found_ranks": got["culprit_ranks"],
-            "user_line": want_line, "root_ok": root_ok and quiet_ok, "culprit_ok": culprit_ok, "line_ok": line_ok,
-            "ok": root_ok and quiet_ok and culprit_ok and line_ok,
+            "benign": benign, "expected_ranks": want_ranks, "found_ranks": got["culprit_ranks"],
+            "user_line": want_line, "found_line": got.get("user_line"),
+            "root_ok": root_ok, "culprit_ok": culprit_ok, "line_ok": line_ok,
+            "ok": root_ok and culprit_ok is not False and line_ok is not False,
         })
     return rows
+
+
+def eval_counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
+    """(right, counted) for each figure ``postmortem eval`` prints: the top-1 verdict of the failure
+    scenarios, the culprit set where one is named, the user line where one is named, the benign
+    scenarios left clean, and every scenario right on all it names."""
+    failures = [r for r in rows if not r["benign"]]
+    benign = [r for r in rows if r["benign"]]
+    named = [r for r in rows if r["culprit_ok"] is not None]
+    lines = [r for r in rows if r["line_ok"] is not None]
+    return {
+        "top-1": (sum(r["root_ok"] for r in failures), len(failures)),
+        "culprit": (sum(r["culprit_ok"] for r in named), len(named)),
+        "user line": (sum(r["line_ok"] for r in lines), len(lines)),
+        "benign clean": (sum(r["root_ok"] for r in benign), len(benign)),
+        "all correct": (sum(r["ok"] for r in rows), len(rows)),
+    }
 
 
 def history(question: str, db: str | Path | None = None, since: str | None = None,

@@ -493,9 +493,14 @@ def evaluate(
     directories: list[Path] = typer.Argument(..., help="Scenario folders with expected.json, or folders of them."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
 ) -> None:
-    """Check the analyzer against scenarios whose answer is known (expected.json).
+    """Check the analyzer against scenarios whose answer is known (expected.json), strictly.
 
-    Example:  postmortem eval sample_logs/
+    A verdict is right when its signature is the expected root cause (a benign scenario: nothing
+    at warning or above), its culprit set is the expected one where the scenario names one, and
+    its user line is the expected one where the scenario names one. Prints top-1 over the failure
+    scenarios, culprit and user-line accuracy over those that name them, and benign-clean.
+
+    Example:  postmortem eval sample_logs/ tests/realworld/
     """
     _check_format(fmt, ("table", "json"))
     try:
@@ -508,18 +513,17 @@ def evaluate(
         table = Table(title="postmortem eval", title_justify="left")
         for col in ("scenario", "expected", "found", "culprit", "user line", "ok"):
             table.add_column(col, overflow="fold")
-        mark = lambda ok: "yes" if ok else "NO"  # noqa: E731
+        mark = lambda ok: "-" if ok is None else "yes" if ok else "NO"  # noqa: E731
         for r in rows:
             table.add_row(r["scenario"], str(r["expected"]), str(r["found"]),
                           f"{r['expected_ranks']} / {r['found_ranks']} {mark(r['culprit_ok'])}",
                           f"{r['user_line'] or '-'} {mark(r['line_ok'])}", mark(r["ok"]))
         out.print(table)
-    n, ok = len(rows), sum(r["ok"] for r in rows)
-    root = sum(r["root_ok"] for r in rows)
-    culprit = sum(r["culprit_ok"] for r in rows)
-    err.print(f"verdicts {root}/{n} ({root / n:.0%}), culprits {culprit}/{n} ({culprit / n:.0%}), "
-              f"all correct {ok}/{n} ({ok / n:.0%})")
-    raise typer.Exit(0 if ok == n else 1)
+    counts = api.eval_counts(rows)
+    err.print(", ".join(f"{name} {right}/{n}" + (f" ({right / n:.0%})" if n else "")
+                        for name, (right, n) in counts.items()))
+    right, n = counts["all correct"]
+    raise typer.Exit(0 if right == n else 1)
 
 
 history_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import re
 import stat
@@ -145,7 +146,27 @@ def rank_from_content(head: bytes) -> tuple[int | None, bool]:
 
 
 # A JSON document no parser claimed (a scheduler's metadata, an expected.json) is not a log.
-_JSON_DOCUMENT = re.compile(rb'^\s*(?:\{\s*"|\[\s*[\{"\d\]-])')
+_JSON_START = re.compile(rb'^\s*(?:\{\s*"|\[\s*[\{"\d\]-])')
+
+
+def is_json_document(head: bytes) -> bool:
+    """Whether the file's head is one JSON value (cut short, perhaps, where the head ends): a
+    log whose lines open with a bracketed time or number ("[2023-04-14 13:11:27,879] [INFO]",
+    "[80746] [rank0]:") starts like JSON but stops being JSON within its first line."""
+    if not _JSON_START.match(head):
+        return False
+    text = head.decode("utf-8", errors="replace")
+    start = len(text) - len(text.lstrip())
+    try:
+        _, end = json.JSONDecoder().raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        if len(head) < HEAD_BYTES:  # the head is the whole file: it must all be JSON
+            return False
+        # cut by the head's end: the error is in its last line (or its last KiB, for minified JSON)
+        return exc.pos >= min(text.rfind("\n", 0, len(text) - 1), len(text) - 1024)
+    except RecursionError:  # nested deeper than Python's JSON decoder goes: no log looks like that
+        return True
+    return not text[end:].strip()
 
 
 def classify(head: bytes, name: str) -> str | None:
@@ -153,7 +174,7 @@ def classify(head: bytes, name: str) -> str | None:
         if sniff(head):
             return kind
     for parser in FILE_PARSERS:
-        if parser.KIND == "text_log" and _JSON_DOCUMENT.match(head):
+        if parser.KIND == "text_log" and is_json_document(head):
             return "json"
         if parser.sniff(head, name):
             return parser.KIND

@@ -45,11 +45,13 @@ class Finding:
     remediation: str
     refines: list[str] = field(default_factory=list)
     explains: list[str] = field(default_factory=list)
+    user_line: str | None = None  # the user's source line (file:line) the evidence names, where it names one
 
     def row(self) -> dict:
         return {"signature": self.signature, "role": self.role, "severity": self.severity,
                 "confidence": round(self.confidence, 2), "ranks": self.ranks, "summary": self.summary,
-                "evidence": json.dumps(self.evidence, default=str), "remediation": self.remediation}
+                "evidence": json.dumps(self.evidence, default=str), "remediation": self.remediation,
+                "user_line": self.user_line}
 
 
 class _Template(string.Formatter):
@@ -151,7 +153,20 @@ def to_finding(sig: Signature, rows: list[dict]) -> Finding:
     return Finding(signature=sig.id, role=sig.role, severity=sig.severity, confidence=_confidence(sig, rows),
                    ranks=ranks, summary=render(sig.summary or sig.title, values),
                    evidence=evidence, remediation=render(remediation, values),
-                   refines=list(sig.refines), explains=list(sig.explains))
+                   refines=list(sig.refines), explains=list(sig.explains), user_line=_user_line(culprits or rows))
+
+
+_USER_LINE = re.compile(r"[^\s:()\[\]]+\.py:\d+")
+
+
+def _user_line(rows: list[dict]) -> str | None:
+    """The first file:line a row's ``user_line`` column names ("train.py:185 in fetch_batch",
+    not "unknown"): the user's own line the verdict points at."""
+    for r in rows:
+        m = _USER_LINE.search(str(r.get("user_line") or ""))
+        if m:
+            return m[0]
+    return None
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:

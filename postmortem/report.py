@@ -58,8 +58,10 @@ def _verdict_panel(report: dict) -> Panel:
     finding = next((f for f in report["findings"] if f["signature"] == verdict.get("signature")), None)
     if finding:
         head.append(f"\n{finding['signature']}", style="bold red")
-        head.append(f"  culprit rank(s) {', '.join(map(str, finding['ranks'])) or '?'}"
-                    f"  confidence {finding['confidence']:.0%}")
+        culprits = rank_ranges(finding["ranks"]) or "none named"
+        head.append(f"  culprit rank(s) {culprits}  confidence {finding['confidence']:.0%}")
+        if verdict.get("user_line"):
+            head.append(f"\nuser line {verdict['user_line']}")
         if finding["remediation"]:
             head.append("\n\nWhat to do\n", style="bold")
             head.append(finding["remediation"])

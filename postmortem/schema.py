@@ -13,8 +13,8 @@ from __future__ import annotations
 import polars as pl
 
 # The schema version of the history database. Bump it and add a step to
-# ``store.MIGRATIONS`` whenever a table below changes.
-SCHEMA_VERSION = 1
+# ``store.MIGRATIONS`` whenever a table below changes (a new column: ``ADDED_COLUMNS``).
+SCHEMA_VERSION = 2
 
 # name -> [(column, DuckDB type, description)]
 TABLES: dict[str, list[tuple[str, str, str]]] = {
@@ -180,8 +180,13 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("summary", "VARCHAR", ""),
         ("evidence", "JSON", "[{rank, file, line, ts, text}]"),
         ("remediation", "VARCHAR", ""),
+        ("user_line", "VARCHAR", "the user's own source line the finding names (file:line), where it names one"),
     ],
 }
+
+# Columns added by a later schema version (always at their table's end, so rows keep their
+# column order): version -> (table, column). The first version's tables are the rest.
+ADDED_COLUMNS: dict[int, list[tuple[str, str]]] = {2: [("findings", "user_line")]}
 
 # Views over the history, for SQL users and `postmortem history`. Hosts come from NCCL's
 # `host:pid:tid` headers (the worker's own hostname), else torchrun's failure table.
@@ -261,9 +266,16 @@ def view_ddl() -> list[str]:
     return [f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()]
 
 
-def ddl(table: str) -> str:
-    cols = ", ".join(f'"{name}" {typ}' for name, typ, _ in TABLES[table])
+def ddl(table: str, version: int | None = None) -> str:
+    """CREATE TABLE for ``table`` as schema ``version`` (default: the current one) had it."""
+    later = {(t, c) for v, cols in ADDED_COLUMNS.items() if version is not None and v > version for t, c in cols}
+    cols = ", ".join(f'"{name}" {typ}' for name, typ, _ in TABLES[table] if (table, name) not in later)
     return f"CREATE TABLE IF NOT EXISTS {table} ({cols})"
+
+
+def add_column_ddl(table: str, column: str) -> str:
+    typ = next(t for name, t, _ in TABLES[table] if name == column)
+    return f'ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "{column}" {typ}'
 
 
 def json_attrs(**fields: pl.Expr) -> pl.Expr:

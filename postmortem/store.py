@@ -20,14 +20,17 @@ import duckdb
 import polars as pl
 
 from .errors import PostmortemError
-from .schema import SCHEMA_VERSION, TABLES, ddl, view_ddl
+from .schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, add_column_ddl, ddl, view_ddl
 
 DEFAULT_DB = Path("~/.local/share/postmortem/history.duckdb")
 LOCK_WAIT_S = 120.0
 
 # version -> statements that bring a database from version-1 to it. Version 1 is the
 # first schema; later versions append ALTER/CREATE steps here and never edit old ones.
-MIGRATIONS: dict[int, list[str]] = {1: [ddl(t) for t in TABLES] + view_ddl()}
+MIGRATIONS: dict[int, list[str]] = {
+    1: [ddl(t, version=1) for t in TABLES] + view_ddl(),
+    **{v: [add_column_ddl(t, c) for t, c in cols] + view_ddl() for v, cols in ADDED_COLUMNS.items()},
+}
 
 
 def default_db_path() -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal as signals
 from collections import Counter
 from datetime import datetime, timezone
 
@@ -62,6 +63,39 @@ def attribute_ranks_by_pid(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
             f"WHERE {table}.run_id = $1 AND {table}.rank IS NULL AND {table}.pid = p.pid",
             [run_id],
         )
+
+
+_SIGNAL_CODES = {-s.value for s in signals.Signals}
+
+
+def ranks_from_local_ranks(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Record the workers a launcher's line names only by local rank as torchrun failures.
+
+    "failed (exitcode: -9) local_rank: 3 (pid: 812917)" without torchrun's failure table, and
+    no record of that pid elsewhere (a pasted excerpt), or DeepSpeed's and torch.distributed.launch's
+    "--local_rank=0 ... exits with return code = -9": on one node the local rank is the rank.
+    A run whose records name more than one host, or that has torchrun's table, is left alone.
+    """
+    hosts, table = con.execute(
+        "SELECT count(DISTINCT host), count(*) FILTER (source = 'torchrun') FROM failures WHERE run_id = ?",
+        [run_id]).fetchone()
+    if hosts > 1 or table:
+        return
+    rows = con.execute(
+        """
+        SELECT DISTINCT ON (local_rank) local_rank, ts, exit_code, pid, message, file, line_no FROM (
+            SELECT TRY_CAST(attrs->>'local_rank' AS INTEGER) AS local_rank, ts,
+                   TRY_CAST(attrs->>'exit_code' AS INTEGER) AS exit_code,
+                   TRY_CAST(attrs->>'target_pid' AS INTEGER) AS pid, message, file, line_no
+            FROM events WHERE run_id = ? AND kind = 'agent_failure' AND rank IS NULL)
+        WHERE local_rank IS NOT NULL ORDER BY local_rank, ts NULLS LAST, file, line_no
+        """, [run_id]).fetchall()
+    for local_rank, ts, exit_code, pid, message, file, line_no in rows:
+        sig = signals.Signals(-exit_code).name if exit_code in _SIGNAL_CODES else None
+        con.execute("INSERT INTO failures VALUES (?, ?, ?, ?, ?, NULL, ?, ?, NULL, 'torchrun', ?, ?)",
+                    [run_id, local_rank, ts, exit_code, sig, message, pid, file, line_no])
+        con.execute("UPDATE events SET rank = ? WHERE run_id = ? AND kind = 'agent_failure' AND file = ? "
+                    "AND line_no = ?", [local_rank, run_id, file, line_no])
 
 
 def refine_untimed(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
@@ -131,6 +165,9 @@ def run_facts(con: duckdb.DuckDBPyConnection, run_id: str, found, labels: dict[s
         SELECT DISTINCT rank FROM (
             SELECT rank FROM files WHERE run_id = $1 UNION ALL SELECT rank FROM events WHERE run_id = $1
             UNION ALL SELECT rank FROM failures WHERE run_id = $1
+            -- a watchdog line's "[Rank 3]" names its rank where no prefix does
+            UNION ALL SELECT rank FROM collectives WHERE run_id = $1
+            UNION ALL SELECT rank FROM rank_status WHERE run_id = $1
         ) WHERE rank IS NOT NULL ORDER BY rank
         """, [run_id]).fetchall()]
     sizes = con.execute(
@@ -209,6 +246,8 @@ def rank_endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         WHERE run_id = ? AND rank IS NOT NULL AND level IN ('E', 'F') AND ts IS NOT NULL
           AND kind NOT IN ('torchrun_failure', 'agent_signal', 'agent_failure')
         QUALIFY row_number() OVER (PARTITION BY rank ORDER BY ts, file, line_no) = 1""", [run_id])
+    first_timeout = con.execute("SELECT min(ts) FROM events WHERE run_id = ? AND kind = 'watchdog_timeout'",
+                                [run_id]).fetchone()[0]
     last_by_rank = {r["rank"]: r for r in last}
     error_by_rank = {r["rank"]: r for r in first_error}
     endings = []
@@ -241,6 +280,11 @@ def rank_endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
             how = f"{signalled['signal']} from torchrun (torn down after another rank failed)"
             when, evidence, signal = signalled["ts"], signalled, signal or signalled["signal"]
             victim = True  # the agent tears a rank down because another one ended
+        elif signal == "SIGABRT" and first_timeout is not None and (exit_row["ts"] is None
+                                                                    or first_timeout <= exit_row["ts"]):
+            # ProcessGroupNCCL aborts its process once a collective timed out (async error handling)
+            how = NCCL_ABORT
+            when, evidence, victim = exit_row["ts"], exit_row, True
         elif signal:
             alive = last_by_rank.get(rank)
             how = f"{signal} with no message (killed from outside; last sign of life shown)"
@@ -268,6 +312,10 @@ def rank_endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         })
     return _in_time_order(endings)
 
+
+# How a rank ended that ProcessGroupNCCL aborted after a collective of its timed out: it was in
+# that collective, a consequence of whatever held it up.
+NCCL_ABORT = "SIGABRT after the collective timeout (ProcessGroupNCCL's abort)"
 
 # An error that says a peer went away or never answered is a consequence of another
 # rank's end, not a cause.
@@ -311,13 +359,14 @@ def _evidence(row: dict | None) -> dict | None:
 
 def _findings(con, run_id) -> list[dict]:
     rows = _rows(con, """
-        SELECT signature, role, severity, confidence, ranks, summary, evidence, remediation FROM findings
+        SELECT * EXCLUDE (run_id) FROM findings
         WHERE run_id = ?
         ORDER BY CASE role WHEN 'root_cause' THEN 0 WHEN 'symptom' THEN 1 ELSE 2 END,
                  list_position(['critical', 'error', 'warning', 'info'], severity), confidence DESC, signature
         """, [run_id])
     for r in rows:
         r["evidence"] = json.loads(r["evidence"]) if r["evidence"] else []
+        r.setdefault("user_line", None)  # a history of schema 1, opened read-only, has no such column
     return rows
 
 
@@ -333,12 +382,12 @@ def report(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     first = next((e for e in endings if e["ended"] != "no failure recorded"), None)
     if root:
         verdict = {"signature": root["signature"], "summary": root["summary"], "culprit_ranks": root["ranks"],
-                   "confidence": root["confidence"]}
+                   "confidence": root["confidence"], "user_line": root["user_line"]}
     else:
         verdict = {"signature": None,
                    "summary": (f"rank {first['rank']} ended first: {first['ended']}" if first
                                else "no failure found in the logs"),
-                   "culprit_ranks": [], "confidence": None}
+                   "culprit_ranks": [], "confidence": None, "user_line": None}
     return {
         "schema": REPORT_SCHEMA,
         "postmortem_version": __version__,

@@ -131,3 +131,4 @@ def test_eval_command_prints_the_table_and_accuracy():
     result = CliRunner().invoke(app, ["eval", str(sample_dir("rank_sigkill")), str(sample_dir("healthy"))])
     assert result.exit_code == 0, result.output
     assert "rank_sigkill" in result.output and "all correct 2/2 (100%)" in result.output
+    assert "top-1 1/1 (100%)" in result.output and "benign clean 1/1 (100%)" in result.output

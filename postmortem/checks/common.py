@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import duckdb
 
-from postmortem.summary import rank_endings
+from postmortem.summary import NCCL_ABORT, rank_endings
 
 # A frame is the user's when its file is none of these (py-spy prints short file names).
 NOT_USER_SQL = """
@@ -15,16 +15,22 @@ NOT_USER_SQL = """
 
 
 def timed_out_ranks(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, dict]:
-    """Ranks that gave up waiting in a collective, with their first timeout line."""
+    """Ranks that gave up waiting in a collective, with their first timeout line: the watchdog's
+    "Watchdog caught collective operation timeout", gloo's "Timed out waiting", or the watchdog's
+    status line of the same failure ("Exception (either an error or timeout) detected by watchdog
+    at work: 1580", a timed-out sequence in ``rank_status``), whichever of them an excerpt kept."""
     rows = con.execute(
         """
         SELECT rank, arg_min(ts, coalesce(ts, TIMESTAMP '2000-01-01')) AS ts,
                arg_min(file, line_no) AS file, min(line_no) AS line, arg_min(message, line_no) AS text
-        FROM events
-        WHERE run_id = ? AND rank IS NOT NULL
+        FROM events e
+        WHERE run_id = $1 AND rank IS NOT NULL
           AND (kind = 'watchdog_timeout'
                OR (kind = 'exception' AND (message ILIKE '%timed out waiting%'
-                                           OR message LIKE '%Watchdog caught collective operation timeout%')))
+                                           OR message LIKE '%Watchdog caught collective operation timeout%'))
+               OR (kind = 'log' AND EXISTS (
+                   SELECT 1 FROM rank_status s WHERE s.run_id = $1 AND s.rank = e.rank AND s.file = e.file
+                     AND s.line_no = e.line_no AND s.timed_out_seq IS NOT NULL)))
         GROUP BY rank
         """, [run_id]).fetchall()
     return {r[0]: {"rank": r[0], "ts": r[1], "file": r[2], "line": r[3], "text": r[4]} for r in rows}
@@ -75,9 +81,19 @@ def stuck_elsewhere(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict, 
     if not timed_out:
         return timed_out, []
     endings = {e["rank"]: e for e in rank_endings(con, run_id)}
+    # A rank whose watchdog says it issued the sequence the others timed out in ("Received a dump
+    # signal ... Last enqueued NCCL work: 460631"), or whose watchdog was itself stuck inside
+    # NCCL/CUDA, was there too: it is not the rank that never came.
+    there = {r[0] for r in con.execute(
+        """
+        SELECT DISTINCT s.rank FROM rank_status s JOIN rank_status t
+          ON t.run_id = s.run_id AND t.pg IS NOT DISTINCT FROM s.pg AND t.timed_out_seq IS NOT NULL
+        WHERE s.run_id = $1 AND s.last_enqueued >= t.timed_out_seq
+        UNION SELECT rank FROM events WHERE run_id = $1 AND kind = 'watchdog_stuck' AND rank IS NOT NULL
+        """, [run_id]).fetchall()}
     missing = []
     for rank, ending in sorted(endings.items()):
-        if rank in timed_out:
+        if rank in timed_out or rank in there or ending["ended"] == NCCL_ABORT:
             continue
         torn_down = ending["consequence"] or ending["ended"] == "no failure recorded"
         if torn_down:

@@ -190,6 +190,7 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
             "steps_to_oom": f"{steps_left:,.0f}" if steps_left is not None else "unknown",
             "outcome": outcome,
             "site": site["site"] if site else "unknown (no memory snapshot)",
+            "user_line": site["site"] if site else None,
             "site_mib": _mib(site["bytes"]) if site else "?", "site_blocks": site["blocks"] if site else "?",
             "case": "snapshot" if site else "default",
         })

@@ -1,0 +1,140 @@
+"""Text logs as users have them: other launchers' prefixes, bracketed timestamps, excerpts that
+start mid-table or mid-traceback, bare exception lines. Every line here is copied from a case of
+tests/realworld/ (a public thread, re-rendered; its folder is named) or, where it says so, from
+a run of the project's own generator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from postmortem import api
+from postmortem.discover import classify, is_json_document
+from postmortem.parsers import textlog
+from postmortem.parsers.lines import split_lines
+from postmortem.parsers.source import Source
+
+REALWORLD = Path(__file__).resolve().parent / "realworld"
+
+
+def parse_text(tmp_path: Path, text: str, rank: int | None = None) -> dict[str, pl.DataFrame]:
+    path = tmp_path / "pasted.log"
+    path.write_text(text)
+    source = Source(path=path, name=path.name, kind="text_log", rank=rank, year=2026)
+    tables: dict[str, list[pl.DataFrame]] = {}
+    for table, frame in textlog.parse(source):
+        tables.setdefault(table, []).append(frame)
+    return {t: pl.concat(frames) for t, frames in tables.items()}
+
+
+def events(tables, kind: str) -> list[dict]:
+    return tables["events"].filter(pl.col("kind") == kind).to_dicts()
+
+
+def test_launcher_prefixes_give_the_rank_and_are_cut_off_the_text():
+    lines = [
+        # d_llamafactory_linenum_prefixed_timeout_7396: a viewer's line numbers before torch's prefix
+        "[80747] [rank4]:[E321 02:07:08.414640780 ProcessGroupNCCL.cpp:607] [Rank 4] Watchdog caught",
+        # d_milabench_nccl_timeout_wrapped_269: a runner's host and stream tag
+        "dinov2-giant-nodes.node04 [stderr] [rank14]:[E909 09:55:29.307629539 ProcessGroupNCCL.cpp:607] [Rank 14]",
+        # open-mmlab/mmcv#1240 (horovod under mpirun --tag-output)
+        "[1,3]<stderr>:2021-08-04 11:52:22,414 - mmdet - INFO - Epoch [1][7400/14659]\tlr: 1.000e-02",
+        # horovod/horovod#3827 (horovodrun's own tag)
+        "[1]<stdout>:test_common.py::CommonTests::test_gloo_built PASSED",
+        # torchrun --tee before the rank's own prefix (this project's samples)
+        "[default1]:[rank1]: Traceback (most recent call last):",
+    ]
+    frame = split_lines("\n".join(lines), 1)
+    assert frame["rank"].to_list() == [4, 14, 3, 1, 1]
+    assert frame["tee"].to_list() == [False, False, False, False, True]
+    assert [t[:6] for t in frame["text"]] == ["[E321 ", "[E909 ", "2021-0", "test_c", " Trace"]
+
+
+def test_a_line_that_merely_starts_with_a_number_in_brackets_keeps_it():
+    # torch's desync report puts the rank first: "[7] finished collective #182, ..." (a format
+    # string of ProcessGroupNCCL's desync debug report; no public log of it was found)
+    frame = split_lines("[7] finished collective #182, but didn't join collective #183", 1)
+    assert frame["rank"].to_list() == [None] and frame["text"][0].startswith("[7] finished")
+
+
+def test_a_log_whose_lines_open_with_a_bracketed_time_is_text_not_json():
+    # d_deepspeed_launcher_return_code_9_3232, c_torchdynamo_cache_limit_whisper_1955
+    for case in ("d_deepspeed_launcher_return_code_9_3232", "c_torchdynamo_cache_limit_whisper_1955",
+                 "d_llamafactory_linenum_prefixed_timeout_7396"):
+        (log,) = [p for p in (REALWORLD / case).iterdir() if p.name != "expected.json"]
+        head = log.read_bytes()[:65536]
+        assert not is_json_document(head) and classify(head, log.name) == "text_log", case
+    assert is_json_document(b'{"job": "1234", "nodes": ["node01"]}\n')
+    assert is_json_document(b"[" + b'{"x": "y"},\n' * 8000)  # a JSON document longer than the head
+
+
+def test_a_bracketed_asctime_header_gives_time_and_level(tmp_path):
+    line = ("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', "
+            "'main.py', '--local_rank=0'] exits with return code = -9")  # d_deepspeed_launcher_return_code_9_3232
+    row = textlog.with_headers(split_lines(line, 1), 2026).row(0, named=True)
+    assert row["level"] == "E" and row["ts"].year == 2023 and row["ts"].second == 27
+    failure = events(parse_text(tmp_path, line + "\n"), "agent_failure")
+    assert json.loads(failure[0]["attrs"]) == {"exit_code": -9, "local_rank": 0}
+
+
+def test_a_bare_exception_line_is_an_exception_with_its_rank_and_message_tail(tmp_path):
+    # m_msswift_oom_rank1_2044: the excerpt holds the OOM line with no traceback header above it
+    text = ("[rank1]:     per_token_logps = torch.gather(logits.log_softmax(-1), dim=2, index=labels.unsqueeze(2))\n"
+            "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.36 GiB. GPU 1 has a total "
+            "capacity of 47.50 GiB of which 1.52 GiB is free.\n")
+    tables = parse_text(tmp_path, text)
+    (exc,) = events(tables, "exception")
+    assert exc["rank"] == 1 and json.loads(exc["attrs"])["exception_type"] == "torch.OutOfMemoryError"
+    (oom,) = events(tables, "oom")
+    assert json.loads(oom["attrs"])["tried_to_allocate"] == int(8.36 * 2**30)
+    # m_tinyworlds_orig_mod_keys_13 style: the keys follow on the next lines
+    keys = parse_text(tmp_path, 'RuntimeError: Error(s) in loading state_dict for Net:\n\tMissing key(s) in '
+                                'state_dict: "fc.weight", "fc.bias".\n')
+    (exc,) = events(keys, "exception")
+    assert "Missing key(s)" in json.loads(exc["attrs"])["message_tail"]
+
+
+def test_a_traceback_end_is_read_once_not_again_as_a_bare_line(sample):
+    con, run_id, _ = api.load(sample("rank_exception"))
+    per_line = con.execute("SELECT file, line_no, count(*) FROM events WHERE run_id = ? AND kind = 'exception' "
+                           "GROUP BY ALL HAVING count(*) > 1", [run_id]).fetchall()
+    assert per_line == []
+
+
+def test_an_oom_quoted_inside_a_log_message_is_not_an_oom_line(tmp_path):
+    # this project's cuda_oom_spike_nccl: the step's own log line quotes the error it caught
+    line = ("2026-11-29 17:44:30,809 [rank1] flight recorder dumped to /root/out/nccl_trace_rank_1 (12 entries): "
+            "step 4 raised OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 GiB.")
+    assert events(parse_text(tmp_path, line + "\n"), "oom") == []
+    # m_xtuner_oom_interleaved_88: two ranks' messages interleaved by the terminal are still one
+    mixed = ("OutOfMemoryErrorOutOfMemoryError.: : OutOfMemoryErrorCUDA out of memory. Tried to allocate 2.11 GiB "
+             "(GPU 6; 39.45 GiB total capacity; 37.14 GiB already allocated; 1.60 GiB free; 37.30 GiB reserved in "
+             "total by PyTorch)")
+    (oom,) = events(parse_text(tmp_path, mixed + "\n"), "oom")
+    assert json.loads(oom["attrs"])["capacity"] == int(39.45 * 2**30)
+
+
+def test_an_excerpt_that_starts_inside_torchruns_failure_table_still_names_the_rank(tmp_path):
+    (log,) = (REALWORLD / "m_megatron_sigsegv_1880").glob("*.log")
+    (row,) = parse_text(tmp_path, log.read_text())["failures"].filter(pl.col("source") == "torchrun").to_dicts()
+    assert row["rank"] == 0 and row["signal"] == "SIGSEGV" and row["exit_code"] == -11
+
+
+def test_a_launchers_line_naming_only_a_local_rank_gives_that_rank_its_end():
+    # d_colossalai_sigkill_local_rank3_3514: "failed (exitcode: -9) local_rank: 3 (pid: ...)", no table
+    report = api.analyze(REALWORLD / "d_colossalai_sigkill_local_rank3_3514", keep=False)
+    assert report["verdict"]["signature"] == "rank-crash" and report["verdict"]["culprit_ranks"] == [3]
+    assert report["ranks"][0]["rank"] == 3 and "SIGKILL" in report["ranks"][0]["ended"]
+
+
+def test_a_faulthandler_dump_that_lists_other_threads_first_names_the_current_ones_frame(sample, tmp_path):
+    # native_crash regenerated on torch 2.11 / Python 3.12: Python 3.12 prints the other threads
+    # (one with no Python frame, tqdm's monitor) before the current one
+    (log,) = sample("native_crash_torch211").glob("logs/*/attempt_0/1/stderr.log")
+    assert "Current thread" not in log.read_text().split("Thread 0x", 1)[0]
+    stacks = parse_text(tmp_path, log.read_text(), rank=1)["stacks"]
+    crashed = stacks.filter(pl.col("source") == "faulthandler").sort("depth")
+    assert crashed["thread"].unique().to_list()[0].startswith("Current thread")
+    assert crashed["function"].to_list()[:2] == ["string_at", "train_step"]
