@@ -11,7 +11,17 @@ Real lines it reads (PyTorch 2.13.0+cpu, ``TORCH_LOGS=recompiles,graph_breaks``,
 and the older forms: the 2.1 header ``[2023-11-21 19:02:13,073] torch._dynamo.guards.__recompiles:
 [DEBUG] ...``, 2.3's ``[__recompiles]`` without a compile id, reasons without the ``N/M:`` cache
 entry, ``hit config.cache_size_limit (64)`` (2.5 and before), ``Graph break: <reason> from user code
-at:`` (2.1, 2.2) and ``Reason:`` for ``Graph Break Reason:`` (2.3, 2.4).
+at:`` (2.1, 2.2) and ``Reason:`` for ``Graph Break Reason:`` (2.3, 2.4); 2.0's limit hit whose
+``   function: 'run' (...)`` / ``   reasons: ...`` lines carry no header, the ``UserWarning: Graph
+break due to unsupported builtin sys.audit.`` of 2.1-2.5, and ``torch._dynamo.explain()``'s printout
+(``  Break Reason 148:`` / ``    Reason: ...`` / ``    User Stack:`` / ``<FrameSummary file ...>``).
+
+Exceptions raised to the user are ``failure`` rows: ``torch._dynamo.exc.BackendCompilerFailed:
+backend='inductor' raised:`` (its cause, on the next line, in the reason), the class's bare name
+(``Unsupported: ...``) when dynamo's ``from user code:`` / ``You can suppress this exception``
+text follows, and Inductor's ``RuntimeError: Found NVIDIA GeForce GTX 1080 which is too old to be
+supported by the triton GPU compiler``. The same lines under a logging header were logged
+(``suppress_errors=True``: the frame runs eager), not raised, and give none.
 
 Each multi-line record (a recompile with its guard failures, a limit hit with its ``function:`` and
 ``last reason:`` lines, a graph break with its reason and user traceback, a ``[__guards]`` dump) is a
@@ -45,6 +55,9 @@ EXCEPTION_LOOKAHEAD = 80
 
 _CID = r"!?\d+(?:/\d+){1,2}(?:_\d+)?"
 _FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
+# A traceback.FrameSummary's repr, as torch._dynamo.explain() printed its user stacks before 2.2:
+# "<FrameSummary file /path/attention.py, line 67 in <resume in forward>>"
+_FRAME_SUMMARY = re.compile(r"^\s*<FrameSummary file (?P<file>.+?), line (?P<line>\d+) in (?P<func>.+)>\s*$")
 _ENTRY = re.compile(rf"^(?:(?P<entry>{_CID}): ?)?(?P<rest>.*)$")
 _WHERE = re.compile(r"# (?P<where>\S+:\d+) in (?P<func>\S+)(?: \(HINT: (?P<hint>[^)]*)\))?\s*$")
 _LOCAL = re.compile(r"\b[LG]\['([^']+)'\]")
@@ -127,13 +140,23 @@ def innermost_user(frames: list[dict]) -> dict | None:
     return next((f for f in reversed(frames) if is_user_frame(f["file"])), None)
 
 
+def _module_call(f: dict) -> bool:
+    """nn.Module's call dispatch (``_call_impl``): every module call goes through it, whoever wrote the module."""
+    return (f["file"].endswith("torch/nn/modules/module.py")
+            and f.get("function") in ("_call_impl", "_wrapped_call_impl"))
+
+
 def framework_of(location: str | None, frames: list[dict]) -> str | None:
     """Which part of torch a break at ``location`` sits in; None when it is the user's own code.
 
     A break is framework-internal when it is not in user code and the calls between the user's
     innermost frame and the break go through torch (DDP's forward, FSDP's hooks, ...). A break in
-    a third-party library the user called is the user's (the call is where to act).
+    a third-party library the user called is the user's (the call is where to act). nn.Module's
+    call dispatch is no framework: a break found calling a module is that module's.
     """
+    if frames and _module_call(frames[-1]) and location == frame_text(frames[-1]):
+        location = None  # explain()'s stack ends at the dispatch that called the module it could not inline
+    frames = [f for f in frames if not _module_call(f)]
     if location and is_user_frame(location.rsplit(":", 1)[0]):
         return None
     user = innermost_user(frames)
@@ -160,7 +183,7 @@ def code_framework(code_file: str | None, code_line: int | None = None) -> str |
 def _frames(lines: list[str]) -> list[dict]:
     out = []
     for line in lines:
-        m = _FILE_LINE.match(line)
+        m = _FILE_LINE.match(line) or _FRAME_SUMMARY.match(line)
         if m:
             out.append({"file": m["file"], "line": int(m["line"]), "function": (m["func"] or "").strip() or None})
     return out
@@ -251,7 +274,24 @@ def parse_limit(lines: list[str]) -> dict | None:
 
 _GB_HEAD = re.compile(r"^\s*Graph break (?:\((?P<note>[^)]*)\) )?in user code at (?P<file>.+):(?P<line>\d+)\s*$")
 _GB_OLD = re.compile(r"^\s*Graph break: (?P<reason>.*?) ?from user code at:\s*$")
+# 2.1-2.5's warn_once of an unsupported builtin (a pybind / C extension call), a Python warning:
+# "Graph break due to unsupported builtin sys.audit. This function is either a Python builtin ..."
+_GB_WARNING = re.compile(r"^\s*(?P<reason>Graph break due to .+?)(?:\.\s+(?P<rest>[A-Z].*))?$")
+# torch._dynamo.explain()'s printout: "  Break Reason 148:" then "    Reason: ..." and "    User Stack:"
+_GB_EXPLAIN = re.compile(r"^\s*Break Reason (?P<n>\d+):\s*$")
+_SENTENCE_END = re.compile(r"(?<=[a-z0-9)]\.)\s+(?=[A-Z])")
 _GENERIC_REASON = ("Encountered graph break when attempting to trace",)
+
+
+def _warned_graph_break(line: str) -> dict | None:
+    """The unsupported-builtin warning: no location (the warning names dynamo's own line), the
+    callee in the reason, the message's last sentence (what to do) as the hint."""
+    m = _GB_WARNING.match(line)
+    if not m:
+        return None
+    hint = _SENTENCE_END.split(m["rest"])[-1].strip().rstrip(".") if m["rest"] else None
+    return {"function": None, "code_file": None, "code_line": None, "reason": _short(m["reason"]), "user_frame": None,
+            "framework": None, "attrs": _attrs(headline=_short(m["reason"]), hints=[hint] if hint else [], kind="warning")}
 
 
 def parse_graph_break(lines: list[str]) -> dict | None:
@@ -259,12 +299,17 @@ def parse_graph_break(lines: list[str]) -> dict | None:
 
     Reads ``Graph break in user code at F:L`` / ``Graph Break Reason:`` (2.5+) or ``Reason:``
     (2.3, 2.4) blocks, ``Graph break: <reason> from user code at:`` (2.1, 2.2, and the tail of the
-    ``Tensor.item()`` warning), in TORCH_LOGS or a TORCH_TRACE ``dynamo_graph_break_reason`` payload.
+    ``Tensor.item()`` warning), in TORCH_LOGS or a TORCH_TRACE ``dynamo_graph_break_reason`` payload;
+    ``torch._dynamo.explain()``'s ``Break Reason N:`` blocks (the break is where its user stack
+    ends) and the ``Graph break due to unsupported builtin`` warning.
     """
+    if lines[0].lstrip().startswith("Graph break due to "):
+        return _warned_graph_break(lines[0])
     head = _GB_HEAD.match(lines[0])
     old = None if head else _GB_OLD.match(lines[0])
     item = lines[0].lstrip().startswith("Graph break from `Tensor.item()`")
-    if not (head or old or item):
+    explain = _GB_EXPLAIN.match(lines[0])
+    if not (head or old or item or explain):
         return None
     reason = old["reason"] if old else None
     headline = explanation = gb = None
@@ -287,7 +332,8 @@ def parse_graph_break(lines: list[str]) -> dict | None:
         elif "compile-graph-break-site/gb/" in s:
             m = re.search(r"gb/(gb\d+)\.html", s)
             gb = m[1] if m else None
-        elif s.startswith(("User code traceback:", "Graph break: from user code at:")) or _GB_OLD.match(line):
+        elif (s.startswith(("User code traceback:", "Graph break: from user code at:", "User Stack:"))
+              or _GB_OLD.match(line)):
             in_trace = True
         elif s.startswith("torch._dynamo.config.") and item:
             hints.append(s)
@@ -312,11 +358,13 @@ def parse_graph_break(lines: list[str]) -> dict | None:
     if explanation and explanation not in text:
         text = f"{text}: {explanation}" if text else explanation
     file, _, line = (location or "").rpartition(":")
-    return {"function": frames[-1]["function"] if frames else None, "code_file": file or None,
+    called = [f for f in frames if not _module_call(f)]  # explain()'s stack ends in nn.Module's dispatch
+    return {"function": called[-1]["function"] if called else None, "code_file": file or None,
             "code_line": int(line) if line.isdigit() else None, "reason": _short(text) or None,
             "user_frame": frame_text(user) if user else None, "framework": framework_of(location, frames),
             "attrs": _attrs(headline=_short(headline), hints=hints[:4], gb=gb, kind="item_warning" if item else None,
-                            suppressed=bool(head and head["note"]) or None, frames=len(frames) or None)}
+                            suppressed=bool(head and head["note"]) or None, frames=len(frames) or None,
+                            explain=int(explain["n"]) if explain else None)}
 
 
 _GUARD_KIND = re.compile(r"^[\s|]*\+- (?P<kind>[A-Z][A-Z0-9_]+):")
@@ -335,7 +383,26 @@ def guard_kinds(lines: list[str]) -> tuple[int, dict[str, int]]:
 
 # ------------------------------------------------------------------ TORCH_LOGS text lines
 
-_PREFILTER = r"_dynamo[/.]|Graph break|Recompiling function|torch\._inductor\.exc\."
+# Header-less lines: a Python warning raised in dynamo's code ("/…/torch/_dynamo/variables/functions.py:663:
+# UserWarning: Graph break due to unsupported builtin sys.audit. …"), the first line of explain()'s break
+# reason, and the lines that continue a 2.0 limit hit or an explain() break reason.
+_DYNAMO_WARNING = r"^(?<wfile>\S*_dynamo/\S+\.py):(?<wline>\d+): (?:\w+\.)*\w*Warning: (?<wbody>.*)$"
+_EXPLAIN_START = r"^\s*Break Reason \d+:\s*$"
+_LIMIT_CONTINUED = r"^\s+(?:function: '|reasons?: |last reason: )"
+_EXPLAIN_CONTINUED = r"^\s+(?:Reason: |User Stack:\s*$|<FrameSummary file |File \"[^\"]+\", line \d+)"
+# Exceptions raised to the user: torch._dynamo.exc.* / torch._inductor.exc.*, those classes by their bare
+# name (then only with the text dynamo appends to its exceptions, see _exceptions), and Inductor's own
+# RuntimeErrors about the GPU or Triton (torch/_inductor/scheduler.py, 2.0-2.5).
+_DYNAMO_EXC = ("Unsupported", "BackendCompilerFailed", "InternalTorchDynamoError", "TorchRuntimeError", "UserError",
+               "UncapturedHigherOrderOpError", "FailOnRecompileLimitHit")
+_INDUCTOR_EXC = ("InductorError", "LoweringException", "GPUTooOldForTriton", "TritonMissing", "InvalidCxxCompiler",
+                 "CppCompileError")
+_BARE_EXC = "|".join(_DYNAMO_EXC + _INDUCTOR_EXC)
+_INDUCTOR_MESSAGE = (r"Found .+ which is too old to be supported by the triton GPU compiler"
+                     r"|Cannot find a working triton installation")
+_RAISED = rf"^\s*(?:torch\._(?:dynamo|inductor)\.exc\.\w+|(?:{_BARE_EXC}): |RuntimeError: (?:{_INDUCTOR_MESSAGE}))"
+_PREFILTER = (r"_dynamo[/.]|Graph break|Recompiling function|torch\._inductor\.exc\."
+              rf"|{_EXPLAIN_START}|{_LIMIT_CONTINUED}|{_EXPLAIN_CONTINUED}|{_RAISED}")
 # "[4/1] [__recompiles] " before the body: stripped by a replace, taken apart (once per distinct message).
 _MSG_PREFIX = rf"^(?:\[{_CID}\] )?(?:\[__\w+\] ?)?"
 _MSG_FIELDS = rf"^(?:\[(?<cid>{_CID})\] )?(?:\[__(?<art>\w+)\] ?)?"
@@ -364,16 +431,60 @@ def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
     when = pl.coalesce(pl.col("ts"), pl.col("ts_ff")).alias("when")
     if not headless:
         return glog.with_columns(when)
-    # Lines without a glog header: PyTorch 2.0/2.1's own header, or exception text (few).
-    old = extract_groups("text", _OLD_HEADER)
-    field = lambda f: old.struct.field(f)  # noqa: E731
-    other = cand.filter(~has_header).with_columns(
-        field("cid2").alias("cid"), field("art2").alias("art"), field("body2").alias("body"),
-        pl.coalesce(pl.format("{}.{}", field("date"), field("ms")).str.to_datetime(
-            "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"), pl.col("ts")).alias("ts"),
-        field("logger").alias("emitter"),
-    ).filter(pl.col("emitter").is_not_null()).with_columns(_kind().alias("kind")).select(glog.columns)
+    other = _headless(cand.filter(~has_header)).select(glog.columns)
     return pl.concat([glog, other], how="vertical_relaxed").sort("row").with_columns(when)
+
+
+def _headless(lines: pl.DataFrame) -> pl.DataFrame:
+    """Lines without a glog header (few): PyTorch 2.0-2.3's own header, a Python warning from
+    dynamo's code, explain()'s printout, and the unprefixed lines that continue them.
+
+    A record's first line (an *anchor*) says what it is; the header-less lines just after it
+    (``   function: 'run' (...)`` under 2.0's limit hit, ``    User Stack:`` under a break
+    reason) take its emitter and compile id, so that the block holds them. Such a line right
+    after the one before it (or two lines after, in explain()'s stacks: a traceback frame is
+    followed by its code) continues the anchor above, when it is a line that kind of record
+    holds; any other is dropped.
+    """
+    text = pl.col("text")
+    old = extract_groups("text", _OLD_HEADER)
+    warned = extract_groups("text", _DYNAMO_WARNING)
+    o = lambda f: old.struct.field(f)
+    w = lambda f: warned.struct.field(f)
+    lines = lines.with_columns(
+        o("cid2").alias("cid"), o("art2").alias("art"),
+        pl.coalesce(o("body2"), w("wbody"), text).alias("body"),
+        pl.coalesce(pl.format("{}.{}", o("date"), o("ms")).str.to_datetime(
+            "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"), pl.col("ts")).alias("ts"),
+        pl.coalesce(o("logger"), pl.format("{}:{}", w("wfile"), w("wline")),
+                    pl.when(text.str.contains(_EXPLAIN_START)).then(pl.lit("torch._dynamo.explain"))).alias("emitter"),
+        pl.when(o("logger").is_not_null()).then(pl.lit("logging"))
+        .when(w("wfile").is_not_null()).then(pl.lit("warning"))
+        .when(text.str.contains(_EXPLAIN_START)).then(pl.lit("explain")).alias("_anchor"),
+        pl.when(text.str.contains(_LIMIT_CONTINUED)).then(pl.lit("logging"))
+        .when(text.str.contains(_EXPLAIN_CONTINUED)).then(pl.lit("explain")).alias("_continues"),
+    ).filter(pl.col("_anchor").is_not_null() | pl.col("_continues").is_not_null())
+    if lines.is_empty():
+        return lines.with_columns(pl.lit(None, pl.String).alias("kind"))
+    gap = pl.col("line_no") - pl.col("line_no").shift(1).over("file")
+    seg = ["file", "_seg"]
+    lines = lines.sort("row").with_columns(
+        (pl.col("_anchor").is_not_null() | gap.is_null()
+         | (gap > pl.when(pl.col("_continues") == "explain").then(2).otherwise(1))).cum_sum().over("file").alias("_seg"),
+    ).with_columns(pl.col("_anchor").first().over(seg).alias("_of"))
+    kind = (
+        pl.when(pl.col("_anchor") == "logging").then(_kind())
+        .when((pl.col("_anchor") == "warning") & pl.col("body").str.starts_with("Graph break due to "))
+        .then(pl.lit("graph_break"))
+        .when(pl.col("_anchor") == "explain").then(pl.lit("graph_break"))
+    )
+    return lines.filter(
+        (pl.col("_anchor").is_not_null() & ((pl.col("_anchor") != "warning") | kind.is_not_null()))
+        | (pl.col("_anchor").is_null() & (pl.col("_continues") == pl.col("_of")))
+    ).with_columns(
+        *(pl.col(c).first().over(seg) for c in ("cid", "art", "emitter")),
+        kind.alias("kind"),
+    )
 
 
 def _message_fields(messages: pl.DataFrame) -> pl.DataFrame:
@@ -418,14 +529,37 @@ def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# What dynamo appends to the exceptions it raises (torch/_dynamo/exc.py, augment_exc_message), by
+# which a bare "Unsupported: ..." (the class name without its module) is known to be dynamo's.
+_AUGMENTED = ("from user code:", "You can suppress this exception and fall back to eager",
+              'Set TORCH_LOGS="+dynamo"', "Set TORCHDYNAMO_VERBOSE")
+_BARE = re.compile(rf"^(?P<type>{_BARE_EXC}): ?(?P<msg>.*)$")
+_INDUCTOR_RAISED = re.compile(rf"^(?P<type>RuntimeError): (?P<msg>(?:{_INDUCTOR_MESSAGE}).*)$")
+
+
+def _raised(text: str) -> tuple[re.Match, str] | None:
+    """The exception a line names and how it was told apart: module-qualified, bare, or Inductor's RuntimeError."""
+    text = text.strip()
+    for pattern, how in ((_EXCEPTION, "qualified"), (_BARE, "bare"), (_INDUCTOR_RAISED, "inductor")):
+        m = pattern.match(text)
+        if m:
+            return m, how
+    return None
+
+
 def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
-    """``torch._dynamo.exc.Unsupported: ...`` raised to the user (fullgraph=True, a backend failure)."""
-    starts = own.filter(pl.col("level").is_null() & pl.col("text").str.contains(r"^\s*torch\._(?:dynamo|inductor)\.exc\."))
+    """Compile exceptions raised to the user (fullgraph=True, a backend failure): ``torch._dynamo.exc.Unsupported:
+    ...``, the same class by its bare name when dynamo's own text follows it, or Inductor's RuntimeError
+    that the GPU is too old for Triton. A line under a logging header (suppress_errors=True logs the
+    failure and runs the frame eager) is not one: only a header-less line is."""
+    starts = own.filter(pl.col("level").is_null() & pl.col("text").str.contains(_RAISED))
     rows = []
+    cause_of: tuple[str, int] | None = None  # (file, line) of the line a "... raised:" message continues on
     for start in starts.select("file", "pos", "line_no", "rank", "tee", "text", "ts_ff").to_dicts():
-        m = _EXCEPTION.match(start["text"].strip())
-        if not m:
-            continue
+        found = _raised(start["text"])
+        if not found or cause_of == (start["file"], start["line_no"]):
+            continue  # the cause of the exception above ("BackendCompilerFailed: backend='inductor' raised:")
+        m, how = found
         block = following(df, start, EXCEPTION_LOOKAHEAD, first=1).filter(
             pl.col("rank").eq_missing(start["rank"]) & (pl.col("tee") == start["tee"])
         )["text"].to_list()
@@ -436,6 +570,8 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
                              "During handling")) or _EXCEPTION.match(s):
                 break
             lines_after.append(line)
+        if how == "bare" and not any(marker in line for line in block for marker in _AUGMENTED):
+            continue
         explanation = next((s.split(":", 1)[1].strip() for s in map(str.strip, lines_after)
                             if s.startswith("Explanation:")), None)
         user_code = next((i for i, s in enumerate(lines_after) if s.strip() == "from user code:"), None)
@@ -447,7 +583,12 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
         frames = _frames(user_lines)
         user = innermost_user(frames)
         message = (m["msg"] or "").strip()
+        exc_type = m["type"] if how != "bare" else (
+            f"torch._{'inductor' if m['type'] in _INDUCTOR_EXC else 'dynamo'}.exc.{m['type']}")
         reason = f"{m['type'].rsplit('.', 1)[-1]}: {message}" if message else m["type"].rsplit(".", 1)[-1]
+        if message.endswith("raised:") and lines_after and lines_after[0].strip():
+            reason += f" {lines_after[0].strip()}"  # the backend's own exception, on the next line
+            cause_of = (start["file"], start["line_no"] + 1)
         if explanation:
             reason += f" ({explanation})"
         rows.append({"rank": start["rank"], "ts": start["ts_ff"], "event": "failure", "reason": _short(reason),
@@ -456,7 +597,7 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
                      "code_line": frames[-1]["line"] if frames else None,
                      "user_frame": frame_text(user) if user else None,
                      "file": start["file"], "line_no": start["line_no"], "source": "torch_logs",
-                     "attrs": _attrs(exception_type=m["type"])})
+                     "attrs": _attrs(exception_type=exc_type, raised_by="inductor" if how == "inductor" else None)})
     return rows
 
 

@@ -135,3 +135,105 @@ def test_cache_size_limit_lines_of_torch_2_5_give_the_recompile_limit_verdict(tm
     assert "config.cache_size_limit (64)" in limit["summary"]
     assert "detail_capture.py:131" in limit["summary"] and "(shape)" in limit["summary"]
     assert "torch._dynamo.mark_dynamic(images, dim)" in limit["remediation"]
+
+
+# ------------------------------------------------------------------ lines of tests/realworld (public threads)
+
+
+def _job(tmp_path: Path, name: str, text: str) -> Path:
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / name).write_text(text.lstrip("\n"))
+    return job
+
+
+def test_one_record_of_compile_id_1_37_is_a_storm_of_37_recompiles(tmp_path):
+    # huggingface/diffusers#11970: the excerpt holds one record; its compile id counts the recompiles.
+    prefix = "V0721 23:40:59.397000 2159156 torch/_dynamo/guards.py:3006] [1/37] [__recompiles] "
+    job = _job(tmp_path, "console.log", "".join(prefix + line + "\n" for line in [
+        "Recompiling function forward in /home/user/work/diffusers/src/diffusers/models/transformers/transformer_flux.py:381",
+        "    triggered by the following guard failure(s):",
+        "    - 1/36: ___check_obj_id(self._modules['attn'].processor, 140462015041104)",
+        "    - 1/35: ___check_obj_id(self._modules['attn'].processor, 140462015040240)",
+    ]))
+    report = api.analyze(job, keep=False)
+    assert report["verdict"]["signature"] == "recompile-storm"
+    storm = finding(report, "recompile-storm")
+    assert "recompiled 37 times" in storm["summary"] and "type_id guard" in storm["summary"]
+
+
+def test_torch_2_0_recompiles_of_a_log_without_ranks_are_a_storm(tmp_path):
+    # pytorch/pytorch#99091 (torch 2.0): one process, a Python int specialized on every step.
+    line = ("[2023-04-13 21:42:5{i},808] torch._dynamo.convert_frame.__recompiles: [DEBUG] ('Recompiling function "
+            "step in /home/ubuntu/dynamax/dynamax/linear_gaussian_ssm/demos/kf_linreg_jax_vs_pt.py', "
+            "\"triggered by the following guard failure: L['t'] == {i}\")\n")
+    job = _job(tmp_path, "console.log", "TORCH_LOGS=recompiles python kf.py\n" + "".join(line.format(i=i) for i in range(4)))
+    report = api.analyze(job, keep=False)
+    assert report["verdict"]["signature"] == "recompile-storm"
+    storm = finding(report, "recompile-storm")
+    assert "recompiled 4 times" in storm["summary"] and "`t`" in storm["summary"] and "0, 1, 2, 3" in storm["summary"]
+    assert "kf_linreg_jax_vs_pt.py" in storm["summary"] and "torch.tensor(value)" in storm["remediation"]
+
+
+def test_fail_on_recompile_limit_hit_is_a_compile_failure_not_a_silent_limit(tmp_path):
+    # pytorch/pytorch#167504: with fullgraph=True the limit hit raises and the program stops.
+    job = _job(tmp_path, "console.log", """
+W1110 17:56:13.321000 77473 torch/_dynamo/convert_frame.py:1550] [0/8] torch._dynamo hit config.recompile_limit (8)
+W1110 17:56:13.321000 77473 torch/_dynamo/convert_frame.py:1550] [0/8]    function: 'forward' (/data/users/user/pytorch/test.py:30)
+W1110 17:56:13.321000 77473 torch/_dynamo/convert_frame.py:1550] [0/8]    last reason: 0/7: ___check_type_id(self, 224599728)                        # a = self.net1(x)  # test.py:31 in forward
+
+  File "/data/users/user/pytorch/torch/_dynamo/convert_frame.py", line 1567, in _compile
+    raise FailOnRecompileLimitHit(
+torch._dynamo.exc.FailOnRecompileLimitHit: recompile_limit reached with fullgraph=True.
+""")
+    report = api.analyze(job, keep=False)
+    assert report["verdict"]["signature"] == "compile-failure"
+    assert "FailOnRecompileLimitHit" in finding(report, "compile-failure")["summary"]
+    limit = finding(report, "recompile-limit")
+    assert "after 8 recompiles" in limit["summary"]  # the hit's compile id 0/8
+
+
+@pytest.mark.parametrize("text, said", [
+    # karpathy/nanoGPT#157: Inductor's RuntimeError alone
+    (("RuntimeError: Found NVIDIA GeForce GTX 1080 which is too old to be supported by the triton GPU compiler, "
+      "which is used as the backend. Triton only supports devices of CUDA Capability >= 7.0, but your device is "
+      "of CUDA capability 6.1\n"), "GTX 1080 which is too old"),
+    # pytorch/pytorch#108650: a bare Unsupported with dynamo's footer
+    (("Unsupported: inline in skipfiles: Logger.info  | info /usr/lib/python3.10/logging/__init__.py\n\n"
+      "from user code:\n"
+      '   File "/usr/local/lib/python3.10/dist-packages/diffusers/models/unet_2d_condition.py", line 762, in forward\n'
+      '    logger.info("Forward upsample size to force interpolation output size.")\n\n\n'
+      "You can suppress this exception and fall back to eager by setting:\n    import torch._dynamo\n"
+      "    torch._dynamo.config.suppress_errors = True\n"), "inline in skipfiles: Logger.info"),
+])
+def test_compile_exceptions_without_a_traceback_are_compile_failures(tmp_path, text, said):
+    report = api.analyze(_job(tmp_path, "console.log", "python train.py\n" + text), keep=False)
+    assert report["verdict"]["signature"] == "compile-failure"
+    assert said in finding(report, "compile-failure")["summary"]
+
+
+@pytest.mark.parametrize("name, text, user_line", [
+    # pytorch/pytorch#133185: the unsupported-builtin warning
+    ("stderr.log", ("/opt/conda/envs/monodle/lib/python3.11/site-packages/torch/_dynamo/variables/functions.py:663: "
+                    "UserWarning: Graph break due to unsupported builtin sys.audit. This function is either a Python "
+                    "builtin (e.g. _warnings.warn) or a third-party C/C++ Python extension (perhaps created with "
+                    "pybind). If it is a third-party C/C++ Python extension, please either wrap it into a "
+                    "PyTorch-understood custom operator or, if it is traceable, use torch.compiler.allow_in_graph.\n"
+                    "  torch._dynamo.utils.warn_once(msg)\n"), None),
+    # NVIDIA/TransformerEngine#705: explain()'s break reasons
+    ("explain.txt", ("  Break Reason 148:\n    Reason: inline in skipfiles: Linear.forward  | _fn /env/lib/python3.10/"
+                     "site-packages/torch/_dynamo/eval_frame.py\n    User Stack:\n      <FrameSummary file "
+                     "/home/user/esm3/oss/attention.py, line 67 in <resume in forward>>\n      <FrameSummary file "
+                     "/env/lib/python3.10/site-packages/torch/nn/modules/module.py, line 1527 in _call_impl>\n"),
+     "attention.py:67"),
+])
+def test_graph_break_warnings_and_explain_output_give_the_graph_break_verdict(tmp_path, name, text, user_line):
+    report = api.analyze(_job(tmp_path, name, "python train.py\n" + text), keep=False)
+    assert report["verdict"]["signature"] == "graph-break"
+    gb = finding(report, "graph-break")
+    assert "in framework code" not in gb["summary"] and "1 graph break(s) in user code" in gb["summary"]
+    if user_line:
+        assert user_line in gb["summary"] and report["verdict"]["user_line"].endswith(user_line)
+        assert "in <resume in forward>" in gb["summary"]  # the user's function, not nn.Module's dispatch
+    else:
+        assert "unsupported builtin sys.audit" in gb["summary"] and "allow_in_graph" in gb["remediation"]

@@ -282,6 +282,181 @@ I1129 14:49:42.479000 31904 torch/_dynamo/convert_frame.py:2413]   Explanation: 
     assert compiles_of(log, rank=0).is_empty()
 
 
+# ------------------------------------------------------------------ lines of tests/realworld (public threads)
+
+
+def test_torch_2_0_limit_hit_takes_its_unprefixed_function_and_reasons_lines(tmp_path):
+    # pytorch/torchdynamo#1955 (Dec 2022): only the first line carries the logging header.
+    log = write_log(tmp_path, """
+[2022-12-22 03:54:03,390] torch._dynamo.convert_frame: [WARNING] torch._dynamo hit config.cache_size_limit (64)
+   function: 'run' (<ipython-input-3-d766d9f4b6a6>:5)
+   reasons:  set(kwargs.keys()) == {'output_attentions', 'return_dict', 'input_features', 'output_hidden_states'}
+to diagnose recompilation issues, see https://github.com/pytorch/torchdynamo/blob/main/TROUBLESHOOTING.md.
+[2022-12-22 03:54:12,536] torch._dynamo.convert_frame: [WARNING] torch._dynamo hit config.cache_size_limit (64)
+   function: 'forward' (/root/anaconda3/envs/whisper_kernl/lib/python3.9/site-packages/transformers/models/whisper/modeling_whisper.py:861)
+   reasons:  ___check_obj_id(past_key_values, 94636661886208)
+to diagnose recompilation issues, see https://github.com/pytorch/torchdynamo/blob/main/TROUBLESHOOTING.md.
+   function: 'not_this' (/far/away.py:1)
+""")
+    first, second = compiles_of(log).iter_rows(named=True)
+    assert (first["event"], first["function"], first["code_file"], first["code_line"]) == (
+        "limit_hit", "run", "<ipython-input-3-d766d9f4b6a6>", 5)
+    assert first["reason"].startswith("set(kwargs.keys()) == {'output_attentions'")
+    assert attrs(first)["limit_type"] == "cache_size_limit" and attrs(first)["limit"] == 64
+    assert (second["function"], second["code_line"], second["reason_class"]) == ("forward", 861, "type_id")
+    assert attrs(second)["guard"] == "past_key_values"
+
+
+def test_one_recompile_record_keeps_its_compile_id_as_the_frames_recompile_count(tmp_path):
+    # huggingface/diffusers#11970: a single [1/37] record listing the cache entries it rejected.
+    log = write_log(tmp_path, """
+V0721 23:40:59.397000 2159156 torch/_dynamo/guards.py:3006] [1/37] [__recompiles] Recompiling function forward in /home/user/work/diffusers/src/diffusers/models/transformers/transformer_flux.py:381
+V0721 23:40:59.397000 2159156 torch/_dynamo/guards.py:3006] [1/37] [__recompiles]     triggered by the following guard failure(s):
+V0721 23:40:59.397000 2159156 torch/_dynamo/guards.py:3006] [1/37] [__recompiles]     - 1/36: ___check_obj_id(self._modules['attn'].processor, 140462015041104)
+V0721 23:40:59.397000 2159156 torch/_dynamo/guards.py:3006] [1/37] [__recompiles]     - 1/35: ___check_obj_id(self._modules['attn'].processor, 140462015040240)
+""")
+    (row,) = compiles_of(log, rank=0).iter_rows(named=True)
+    assert (row["event"], row["attempt"], row["frame_id"], row["function"], row["code_line"]) == (
+        "recompile", "1/37", 1, "forward", 381)
+    assert row["reason_class"] == "type_id" and attrs(row)["cache_entry"] == "1/36" and attrs(row)["failures"] == 2
+
+
+def test_rank_prefixed_recompiles_of_a_torchrun_console_are_each_ranks(tmp_path):
+    # pytorch/pytorch#138813 (torch 2.5, FSDP): rank 0's record starts before the excerpt.
+    log = write_log(tmp_path, """
+[rank0]:V1024 16:27:53.546000 1770485 site-packages/torch/_dynamo/guards.py:2813] [1/4] [__recompiles]     - 1/0: tensor 'L['x']' size mismatch at index 1. expected 128, actual 1024
+[rank1]:V1024 16:27:53.910000 1770486 site-packages/torch/_dynamo/guards.py:2813] [1/4] [__recompiles] Recompiling function forward in /home/user/compile_debug.py:150
+[rank1]:V1024 16:27:53.910000 1770486 site-packages/torch/_dynamo/guards.py:2813] [1/4] [__recompiles]     triggered by the following guard failure(s):
+[rank1]:V1024 16:27:53.910000 1770486 site-packages/torch/_dynamo/guards.py:2813] [1/4] [__recompiles]     - 1/3: tensor 'L['x']' size mismatch at index 1. expected 512, actual 1024
+""", name="console.log")
+    (row,) = compiles_of(log).iter_rows(named=True)
+    assert (row["rank"], row["attempt"], row["code_file"], row["code_line"]) == (1, "1/4", "/home/user/compile_debug.py", 150)
+    assert row["reason_class"] == "shape" and attrs(row)["guard"] == "x" and attrs(row)["actual"] == "1024"
+
+
+def test_the_unsupported_builtin_warning_is_a_graph_break_of_the_user(tmp_path):
+    # pytorch/pytorch#133185: the Python warning dynamo's warn_once prints (the location is dynamo's own line).
+    log = write_log(tmp_path, """
+/opt/conda/envs/monodle/lib/python3.11/site-packages/torch/_dynamo/variables/functions.py:663: UserWarning: Graph break due to unsupported builtin sys.audit. This function is either a Python builtin (e.g. _warnings.warn) or a third-party C/C++ Python extension (perhaps created with pybind). If it is a Python builtin, please file an issue on GitHub so the PyTorch team can add support for it and see the next case for a workaround. If it is a third-party C/C++ Python extension, please either wrap it into a PyTorch-understood custom operator (see https://pytorch.org/tutorials/advanced/custom_ops_landing_page.html for more details) or, if it is traceable, use torch.compiler.allow_in_graph.
+  torch._dynamo.utils.warn_once(msg)
+/opt/conda/envs/monodle/lib/python3.11/site-packages/torch/_dynamo/variables/functions.py:700: UserWarning: something else dynamo warns about
+""")
+    (row,) = compiles_of(log).iter_rows(named=True)
+    assert row["event"] == "graph_break" and row["reason"] == "Graph break due to unsupported builtin sys.audit"
+    assert row["framework"] is None and row["code_file"] is None  # the call is the user's, wherever it is
+    assert attrs(row)["hints"][0].endswith("use torch.compiler.allow_in_graph")
+
+
+def test_explain_break_reasons_are_graph_breaks_at_the_users_line(tmp_path):
+    # NVIDIA/TransformerEngine#705 (torch 2.1.2): torch._dynamo.explain() printed; the stack ends
+    # in nn.Module's call dispatch, calling a module dynamo skips.
+    log = write_log(tmp_path, """
+  Break Reason 148:
+    Reason: inline in skipfiles: Linear.forward  | _fn /mnt/main0/home/user/micromamba/envs/testenv/lib/python3.10/site-packages/torch/_dynamo/eval_frame.py
+    User Stack:
+      <FrameSummary file /mnt/main0/home/user/testenv/projects/esm3/oss/attention.py, line 67 in <resume in forward>>
+      <FrameSummary file /mnt/main0/home/user/micromamba/envs/testenv/lib/python3.10/site-packages/torch/nn/modules/module.py, line 1527 in _call_impl>
+  Break Reason 149:
+    Reason: inline in skipfiles: LayerNormMLP.forward  | _fn /mnt/main0/home/user/micromamba/envs/testenv/lib/python3.10/site-packages/torch/_dynamo/eval_frame.py
+    User Stack:
+      <FrameSummary file /mnt/main0/home/user/testenv/projects/esm3/oss/blocks.py, line 32 in <resume in forward>>
+      <FrameSummary file /mnt/main0/home/user/micromamba/envs/testenv/lib/python3.10/site-packages/torch/nn/modules/module.py, line 1527 in _call_impl>
+""", name="explain.txt")
+    first, second = compiles_of(log).iter_rows(named=True)
+    assert first["event"] == "graph_break" and first["reason"].startswith("inline in skipfiles: Linear.forward")
+    assert first["user_frame"] == "/mnt/main0/home/user/testenv/projects/esm3/oss/attention.py:67"
+    assert first["framework"] is None and attrs(first)["explain"] == 148 and attrs(first)["frames"] == 2
+    assert second["user_frame"].endswith("oss/blocks.py:32") and second["reason"].startswith("inline in skipfiles: LayerNormMLP")
+
+
+def test_explain_of_torch_2_2_and_later_lists_traceback_frames(tmp_path):
+    # The same printout from torch 2.2 on (torch/_dynamo/backends/debugging.py: traceback.format_list).
+    log = write_log(tmp_path, """
+  Break Reason 1:
+    Reason: builtin: print [<class 'torch._dynamo.variables.constant.ConstantVariable'>] False
+    User Stack:
+  File "/home/user/toy.py", line 6, in toy_example
+    print("woo")
+""")
+    (row,) = compiles_of(log).iter_rows(named=True)
+    assert row["user_frame"] == "/home/user/toy.py:6" and row["function"] == "toy_example"
+
+
+def test_a_tail_only_backend_failure_is_one_failure_with_its_cause(tmp_path):
+    # apple/ml-cross-entropy#41: the traceback's head was not pasted; the cause is on the next line.
+    log = write_log(tmp_path, """
+  File "/home/user/repos/praxis/.venv/lib/python3.13/site-packages/torch/_inductor/scheduler.py", line 3428, in create_backend
+    raise RuntimeError(
+torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:
+RuntimeError: Found NVIDIA GeForce GTX 1070 which is too old to be supported by the triton GPU compiler, which is used as the backend. Triton only supports devices of CUDA Capability >= 7.0, but your device is of CUDA capability 6.1
+
+Set TORCH_LOGS="+dynamo" and TORCHDYNAMO_VERBOSE=1 for more information
+""")
+    (row,) = compiles_of(log).iter_rows(named=True)
+    assert row["event"] == "failure" and attrs(row)["exception_type"] == "torch._dynamo.exc.BackendCompilerFailed"
+    assert row["reason"].startswith("BackendCompilerFailed: backend='inductor' raised: RuntimeError: Found NVIDIA GeForce GTX 1070")
+
+
+def test_inductors_too_old_gpu_error_alone_is_a_compile_failure(tmp_path):
+    # karpathy/nanoGPT#157: only the last line was pasted (torch/_inductor/scheduler.py's message).
+    log = write_log(tmp_path, """
+RuntimeError: Found NVIDIA GeForce GTX 1080 which is too old to be supported by the triton GPU compiler, which is used as the backend. Triton only supports devices of CUDA Capability >= 7.0, but your device is of CUDA capability 6.1
+RuntimeError: some other error of the user's
+""")
+    (row,) = compiles_of(log).iter_rows(named=True)
+    assert row["event"] == "failure" and attrs(row) == {"exception_type": "RuntimeError", "raised_by": "inductor"}
+
+
+def test_a_bare_unsupported_is_dynamos_only_with_the_text_dynamo_appends(tmp_path):
+    # pytorch/pytorch#108650 (torch 2.1 nightly): the class name without its module, then dynamo's
+    # "from user code:" and suppress_errors footer. The second block (ours) lacks them: not dynamo's.
+    log = write_log(tmp_path, """
+Unsupported: inline in skipfiles: Logger.info  | info /usr/lib/python3.10/logging/__init__.py
+
+from user code:
+   File "/usr/local/lib/python3.10/dist-packages/diffusers/models/unet_2d_condition.py", line 762, in forward
+    logger.info("Forward upsample size to force interpolation output size.")
+
+
+You can suppress this exception and fall back to eager by setting:
+    import torch._dynamo
+    torch._dynamo.config.suppress_errors = True
+""")
+    (row,) = compiles_of(log).iter_rows(named=True)
+    assert row["event"] == "failure" and attrs(row)["exception_type"] == "torch._dynamo.exc.Unsupported"
+    assert row["reason"] == "Unsupported: inline in skipfiles: Logger.info  | info /usr/lib/python3.10/logging/__init__.py"
+    assert (row["function"], row["code_line"]) == ("forward", 762)
+    other = write_log(tmp_path, "Unsupported: format version 3\nexiting\n", name="other.log")
+    assert compiles_of(other).is_empty()
+
+
+def test_fail_on_recompile_limit_is_a_limit_hit_and_a_failure(tmp_path):
+    # pytorch/pytorch#167504: fullgraph=True turns the hit into FailOnRecompileLimitHit.
+    log = write_log(tmp_path, """
+W1110 17:56:13.321000 77473 torch/_dynamo/convert_frame.py:1550] [0/8] torch._dynamo hit config.recompile_limit (8)
+W1110 17:56:13.321000 77473 torch/_dynamo/convert_frame.py:1550] [0/8]    function: 'forward' (/data/users/user/pytorch/test.py:30)
+W1110 17:56:13.321000 77473 torch/_dynamo/convert_frame.py:1550] [0/8]    last reason: 0/7: ___check_type_id(self, 224599728)                        # a = self.net1(x)  # test.py:31 in forward
+
+  File "/data/users/user/pytorch/torch/_dynamo/convert_frame.py", line 1567, in _compile
+    raise FailOnRecompileLimitHit(
+torch._dynamo.exc.FailOnRecompileLimitHit: recompile_limit reached with fullgraph=True.
+""")
+    rows = compiles_of(log, rank=0)
+    assert rows["event"].to_list() == ["limit_hit", "failure"]
+    failure = rows.row(1, named=True)
+    assert failure["reason"] == "FailOnRecompileLimitHit: recompile_limit reached with fullgraph=True."
+
+
+def test_a_failure_logged_under_suppress_errors_is_not_raised(tmp_path):
+    # 2noise/ChatTTS#235: suppress_errors=True logs the backend failure as a WARNING; the frame runs eager.
+    log = write_log(tmp_path, """
+[2024-06-18 23:38:49,504] torch._dynamo.convert_frame: [WARNING]     raise RuntimeError(
+[2024-06-18 23:38:49,504] torch._dynamo.convert_frame: [WARNING] torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:
+[2024-06-18 23:38:49,504] torch._dynamo.convert_frame: [WARNING] RuntimeError: Found NVIDIA GeForce GTX TITAN X which is too old to be supported by the triton GPU compiler, which is used as the backend. Triton only supports devices of CUDA Capability >= 7.0, but your device is of CUDA capability 5.2
+""")
+    assert compiles_of(log).filter(pl.col("event") == "failure").is_empty()
+
+
 # ------------------------------------------------------------------ never raises
 
 

@@ -172,9 +172,12 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
                 in_user_code = [r for r in candidates if _in_user_code(r.get("code_file"))]
                 at = (in_user_code or candidates or rank_rows[-1:] or [{}])[0]
                 where = f"{at.get('code_file')}:{at.get('code_line')}" if at.get("code_file") else None
+                extra_here = bool(where) and at.get("attempt") in extra
                 out.append({"rank": rank, "ts": at.get("ts"), "file": at.get("file"), "line": at.get("line_no"),
                             "text": text + (f" (first extra compile: {at.get('function')} at {where})"
-                                            if where and at.get("attempt") in extra else ""),
+                                            if extra_here else ""),
+                            # the user's frame that compiled again (its def line, as the recompile names it)
+                            "user_line": where if extra_here and _in_user_code(at.get("code_file")) else "unknown",
                             "culprit": (unique_majority and value is not majority_value)
                             or (superset is not None and value == superset),
                             "aspect": aspect, "groups": summary_groups, "source": source})
