@@ -11,14 +11,28 @@ Real lines (NCCL 2.28.9, PyTorch 2.11, ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,
 What each record becomes:
 
 - every ``NCCL WARN`` (and ATTN/TRACE/CALL) line, and ``Init COMPLETE``: an ``events`` row
-  (``nccl_warn`` with ``attrs.error_class``: cuda_failure, ib, socket, timeout, net,
-  remote_error, system_error, internal_error, invalid_usage or other; ``nccl_init``);
+  (``nccl_warn`` with ``attrs.error_class``: collective_mismatch, cuda_failure, ib, socket,
+  timeout, net, remote_error, system_error, internal_error, invalid_usage or other; ``nccl_init``);
 - a ``NCCL_DEBUG_SUBSYS=COLL`` line: a ``collectives`` row (source ``nccl_log``). NCCL 2.28
   prints ``opCount 0`` for every call, so ``seq_id`` is the line's ordinal on its
   communicator in this process (1-based), which is ProcessGroupNCCL's sequence number for
   plain collectives (hang_stuck: 36 lines on rank 0, "last enqueued work: 36"). ``pg`` is
   the ``commId`` of the communicator's init line (the same on every rank), else the comm
   pointer; ``dtypes`` names NCCL's datatype enum the way PyTorch does (7 = ncclFloat32 = Float);
+- an NCCL line pasted without its ``host:pid:tid [dev]`` header (``init.cc:1247 NCCL WARN
+  Mismatched collective detected, ...``, NVIDIA/nccl#296, NCCL 2.4.8) is read the same way,
+  host and pid NULL; NCCL's device-side mismatch check is the class ``collective_mismatch``;
+- PyTorch's report of a failed NCCL call (``NCCL error in: ...`` or the watchdog's "raised the
+  following async exception: NCCL error: ...", then ``ncclUnhandledCudaError: Call to CUDA
+  function failed.``, ``Last error:``, NCCL's last WARN): an ``nccl_error`` event at the
+  result-code line, ``attrs.error_class`` from the last error when it names a transport, else
+  from the result code;
+- gloo's transport timeout (``[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81]
+  Timed out waiting 1800000ms for recv operation to complete``): a ``gloo_timeout`` event,
+  wherever it was printed (a traceback, a bare paste, two ranks' output cut into each other);
+- the flight recorder analyzer's text report (torchfrtrace, 2.5+: "Not all ranks joining
+  collective, sequence number: S" and its fields): an ``fr_not_joined`` event, rank NULL, with
+  the group, sequence, op, missing and expected ranks and the call site in ``attrs``;
 - the ProcessGroupNCCL watchdog family, every form in reference/anchors.md §5.1 (the
   ``[PG ID p PG GUID g(desc) Rank r]``, ``[PG g (desc) Rank r]``, ``[PG g Rank r]`` and
   ``[Rank r]`` prefixes; ``WorkNCCL(...)`` with and without NumelIn/NumelOut or SeqNum):
@@ -26,7 +40,14 @@ What each record becomes:
   status it reports (last enqueued / completed, the timed-out sequence) is a
   ``rank_status`` row; "watchdog got stuck" and "NCCL communicator was aborted" are events;
   the flight recorder's frames printed under "Stack trace of the failed collective:" are
-  ``stacks`` rows (source ``flight_recorder``, ``origin_line`` the header's line).
+  ``stacks`` rows (source ``flight_recorder``, ``origin_line`` the header's line). A line a
+  terminal wrapped (``... Watchdog caught collective operation timeout: `` then, unprefixed,
+  ``WorkNCCL(SeqNum=2070, ...``; mila-iqia/milabench#269) is read joined, at its first line.
+  Its header need not be parsed: ``[E ProcessGroupNCCL.cpp:737]`` (no time) and ``[E626 ...``
+  (c10's unpadded month) give the same rows.
+
+``nccl_error``, ``gloo_timeout`` and ``fr_not_joined`` carry the line's own time only (``ts``,
+never the previous line's): an untimed line is no sign of life.
 
 ``pg`` is the process group's GUID (its name: "0" for the default group), the key the
 flight recorder uses too. The rank is the line's (``[rankN]:`` prefix, or the file's);
@@ -44,8 +65,10 @@ from postmortem.schema import conform, json_attrs
 
 from .lines import extract_groups, header_source
 
+# The "host:pid:tid [dev] " header is NCCL's; a line pasted without it ("init.cc:1247 NCCL WARN
+# Mismatched collective detected, ...") still names its source and level.
 _NCCL = (
-    r"^(?:\[[\d\- :.,]+\] )?(?<host>[^\s:\[\]]+):(?<npid>\d+):(?<tid>\d+) \[(?<dev>\d+)\] "
+    r"^(?:\[[\d\- :.,]+\] )?(?:(?<host>[^\s:\[\]]+):(?<npid>\d+):(?<tid>\d+) \[(?<dev>\d+)\] )?"
     r"(?:[\d.]+ )?(?:(?<where>\S+:\d+)(?: \((?<func>[^)]*)\))? )?NCCL (?<nlevel>INFO|WARN|ATTN|TRACE|CALL) ?(?<nmsg>.*)$"
 )
 _INIT = (
@@ -67,6 +90,9 @@ _NCCL_DTYPES = {0: "Char", 1: "Byte", 2: "Int", 3: "UInt32", 4: "Long", 5: "UInt
 
 # First match wins: the transport, when the line names one, says more than the result code.
 _ERROR_CLASSES = (
+    # enqueue.cc / init.cc ncclGetAsyncError: the device-side check of NCCL >= 2.4 caught ranks
+    # running different collectives ("... at and around rank %d" names the reporting rank).
+    ("collective_mismatch", r"Mismatched collective detected|may be caused by a collective mismatch"),
     ("cuda_failure", r"(?i)cuda failure|cuda error|ncclUnhandledCudaError|unhandled cuda"),
     ("ib", r"NET/IB|\bibv_|\bIB\b|\bRoCE\b|\bmlx5"),
     ("socket", r"(?i)NET/Socket|socket|connection (?:closed|refused|reset)|connect to \S+ failed"),
@@ -80,7 +106,7 @@ _ERROR_CLASSES = (
 
 # The watchdog family: a cheap substring test first, then the regexes on what passed.
 _WATCHDOG_MARKERS = [
-    "WorkNCCL(", "failure detected by watchdog", "Timeout at NCCL work", "detected by watchdog at work",
+    "WorkNCCL(", "failure detected by watchdog", "Timeout at NCCL work", "by watchdog at work",
     "Received a dump signal", "watchdog got stuck", "communicator was aborted",
 ]
 _PREFIX = (
@@ -125,7 +151,7 @@ _NCCL_KEPT = [" NCCL WARN", " NCCL ATTN", " NCCL TRACE", " NCCL CALL", " - Init 
 def _nccl_lines(own: pl.DataFrame) -> pl.DataFrame:
     return own.filter(pl.col("text").str.contains_any(_NCCL_KEPT)).with_columns(
         extract_groups("text", _NCCL).alias("n")
-    ).unnest("n").filter(pl.col("host").is_not_null())
+    ).unnest("n").filter(pl.col("nlevel").is_not_null())
 
 
 def _nccl_events(lines: pl.DataFrame) -> pl.DataFrame:
@@ -182,7 +208,7 @@ def _coll_rows(lines: pl.DataFrame, state: dict) -> pl.DataFrame:
         schema={"file": pl.String, "npid": pl.String, "comm": pl.String, "offset": pl.Int64, "comm_id": pl.String,
                 "comm_rank": pl.Int32},
     )
-    found = found.join(known, on=key, how="left").with_columns(
+    found = found.join(known, on=key, how="left", nulls_equal=True).with_columns(
         (pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(key) + pl.col("offset")).alias("seq_id"),
         pl.col("count").cast(pl.Int64, strict=False),
         pl.col("nranks").cast(pl.Int64, strict=False),
@@ -228,11 +254,46 @@ def _pg_init_events(own: pl.DataFrame) -> pl.DataFrame:
     ).rename({"msg": "message"}))
 
 
-def _watchdog_lines(own: pl.DataFrame) -> pl.DataFrame:
+# A line a terminal or a log collector wrapped goes on, unprefixed, on the next line:
+#     [rank14]:[E909 09:55:29.307629539 ProcessGroupNCCL.cpp:607] [Rank 14] Watchdog caught collective operation timeout:
+#     WorkNCCL(SeqNum=2070, OpType=REDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 milliseconds ...
+# Its record is the two lines joined, at the first one's place.
+_CARRIED = ["text", "msg", "rank", "ts", "ts_ff", "line_no", "level", "src_at", "src_end", "pos"]
+
+
+def _joined_wrapped(df: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """``lines`` (watchdog lines of ``df``) with each line that continues the line before it
+    joined to that line: a continuation has no prefix of its own ([Rank r], [PG ...], a log
+    header) and follows, in its file, a watchdog-prefixed line that holds no record by itself."""
+    own_prefix = pl.col("msg").str.contains(_PREFIX)
+    cont = lines.filter(~own_prefix & pl.col("level").is_null() & ~pl.col("text").str.starts_with("["))
+    if cont.is_empty():
+        return lines
+    prev = df.select(
+        (pl.col("pos") + 1).alias("pos"), pl.col("file").alias("_pfile"),
+        *(pl.col(c).alias(f"_p_{c}") for c in _CARRIED),
+    ).filter(pl.col("pos").is_in(cont["pos"].implode()))
+    opens = pl.col("_p_msg").str.contains(_PREFIX) & ~pl.col("_p_msg").str.contains_any(_WATCHDOG_MARKERS)
+    joined = cont.join(prev, on="pos", how="inner").filter((pl.col("_pfile") == pl.col("file")) & opens)
+    if joined.is_empty():
+        return lines
+    glue = lambda c: pl.when(pl.col(f"_p_{c}").str.contains(r"\s$")).then(pl.lit("")).otherwise(pl.lit(" "))
+    joined = joined.with_columns(
+        pl.concat_str([pl.col("_p_text"), glue("text"), pl.col("text")]).alias("_p_text"),
+        pl.concat_str([pl.col("_p_msg"), glue("msg"), pl.col("msg")]).alias("_p_msg"),
+        pl.coalesce(pl.col("_p_rank"), pl.col("rank")).alias("_p_rank"),
+    ).with_columns(pl.col(f"_p_{c}").alias(c) for c in _CARRIED).select(lines.columns)
+    # Each joined record replaces its continuation line (the line after the one it now starts on).
+    rest = lines.filter(~pl.col("pos").is_in((joined["pos"] + 1).implode()))
+    return pl.concat([rest, joined], how="vertical_relaxed").sort("pos")
+
+
+def _watchdog_lines(df: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
     """The watchdog family's lines, with their prefix, WorkNCCL and PG-status fields parsed."""
     lines = own.filter(pl.col("msg").str.contains_any(_WATCHDOG_MARKERS))
     if lines.is_empty():
         return lines
+    lines = _joined_wrapped(df, lines)
     df = lines.with_columns(
         extract_groups("msg", _PREFIX).alias("p"),
         extract_groups("msg", _WORK).alias("w"),
@@ -379,11 +440,179 @@ def _failed_collective_stacks(df: pl.DataFrame, own: pl.DataFrame) -> pl.DataFra
     ))
 
 
+# PyTorch's report of a failed NCCL call (NCCLUtils getNcclErrorDetailStr): the result
+# code's meaning on the line after "NCCL error in: <file>:<line>, <ncclGetErrorString>, NCCL
+# version V" (or the watchdog's "... raised the following async exception: NCCL error: ..."),
+# then "Last error:" and NCCL's last WARN text:
+#     [rank7]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5
+#     [rank7]: ncclUnhandledCudaError: Call to CUDA function failed.
+#     [rank7]: Last error:
+#     [rank7]: Cuda failure 1 'invalid argument'
+_NCCL_RESULT = (
+    r"^\s*(?<code>nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError)): "
+    r"(?:Call to CUDA function failed|System call|Internal check failed|Invalid value for an argument"
+    r"|This usually reflects invalid usage|A call failed possibly)"
+)
+_NCCL_RESULT_MARKERS = ["ncclUnhandledCudaError: ", "ncclSystemError: ", "ncclInternalError: ",
+                        "ncclInvalidArgument: ", "ncclInvalidUsage: ", "ncclRemoteError: "]
+# The result code's class where NCCL's last error does not name a better one (a transport).
+_RESULT_CLASSES = {"ncclUnhandledCudaError": "cuda_failure", "ncclSystemError": "system_error",
+                   "ncclInternalError": "internal_error", "ncclInvalidArgument": "invalid_usage",
+                   "ncclInvalidUsage": "invalid_usage", "ncclRemoteError": "remote_error"}
+
+
+def _nccl_error_events(df: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
+    """One ``nccl_error`` event per PyTorch report of a failed NCCL call, at its result-code line,
+    its message the report's lines joined: the "NCCL error" line before it (when whole), the
+    code's meaning, and NCCL's last error after "Last error:"."""
+    found = own.filter(pl.col("msg").str.contains_any(_NCCL_RESULT_MARKERS)).with_columns(
+        pl.col("msg").str.extract(_NCCL_RESULT, 1).alias("code")).filter(pl.col("code").is_not_null())
+    if found.is_empty():
+        return conform("events", found.clear())
+    found = found.with_columns(pl.col("pos").cast(pl.Int64).alias("_pos"))
+    wanted = pl.concat([found["_pos"] + k for k in (-1, 1, 2)]).implode()
+    nearby = df.select(pl.col("pos").cast(pl.Int64).alias("_pos"), "file", "msg").filter(pl.col("_pos").is_in(wanted))
+    for k, name in ((-1, "before"), (1, "after"), (2, "last")):  # the line k rows away, in the same file
+        near = nearby.select((pl.col("_pos") - k).alias("_pos"), pl.col("file").alias(f"_{name}_file"),
+                             pl.col("msg").alias(f"_{name}"))
+        found = found.join(near, on="_pos", how="left").with_columns(
+            pl.when(pl.col(f"_{name}_file") == pl.col("file")).then(pl.col(f"_{name}")).alias(f"_{name}"))
+    before = pl.when(pl.col("_before").str.contains("NCCL error", literal=True)).then(pl.col("_before").str.strip_chars())
+    last = pl.when(pl.col("_after").str.strip_chars() == "Last error:").then(pl.col("_last").str.strip_chars())
+    found = header_source(found.with_columns(before.alias("_before"), last.alias("_last")))
+    by_last = _error_class(pl.coalesce(pl.col("_last"), pl.lit("")))
+    by_code = pl.col("code").replace_strict(_RESULT_CLASSES, default="other", return_dtype=pl.String)
+    return conform("events", found.select(
+        "rank",
+        "ts",  # its own time only: an untimed line is no sign of life
+        "line_no",
+        "level",
+        pl.col("src").alias("source"),
+        pl.lit("nccl_error").alias("kind"),
+        pl.concat_str([pl.col("_before"), pl.col("msg").str.strip_chars(),
+                       pl.when(pl.col("_last").is_not_null()).then(pl.format("Last error: {}", pl.col("_last")))],
+                      separator="\n", ignore_nulls=True).str.slice(0, 2000).alias("message"),
+        "pid",
+        json_attrs(result=pl.col("code"), last_error=pl.col("_last"),
+                   error_class=pl.when(by_last != "other").then(by_last).otherwise(by_code)).alias("attrs"),
+        "file",
+    ))
+
+
+# gloo's transport gave up on a peer (gloo/transport/tcp/unbound_buffer.cc, and the ibverbs
+# transport's alike): "[<file>:<line>] Timed out waiting <ms>ms for recv operation to complete".
+_GLOO_TIMEOUT_MARKER = "Timed out waiting "
+_GLOO_TIMEOUT = r"Timed out waiting (?<timeout>\d+)ms for (?<op>recv|send) operation to complete"
+
+
+def _gloo_timeout_events(own: pl.DataFrame) -> pl.DataFrame:
+    found = own.filter(pl.col("msg").str.contains(_GLOO_TIMEOUT_MARKER, literal=True)).with_columns(
+        extract_groups("msg", _GLOO_TIMEOUT).alias("g"),
+        pl.col("msg").str.extract(r"\[([^\]\s]*gloo[^\]\s]*:\d+)\] Timed out waiting", 1).alias("where"),
+    ).unnest("g").filter(pl.col("timeout").is_not_null())
+    if found.is_empty():
+        return conform("events", found.clear())
+    return conform("events", header_source(found).select(
+        "rank",
+        "ts",
+        "line_no",
+        "level",
+        pl.coalesce(pl.col("where").str.extract(r"([^/]+:\d+)$", 1), pl.col("src")).alias("source"),
+        pl.lit("gloo_timeout").alias("kind"),
+        pl.col("msg").str.slice(0, 2000).alias("message"),
+        "pid",
+        json_attrs(timeout_ms=pl.col("timeout").cast(pl.Int64, strict=False), op=pl.col("op")).alias("attrs"),
+        "file",
+    ))
+
+
+# The flight recorder's analyzer (torchfrtrace / fr_trace, torch/distributed/flight_recorder),
+# its text output for a collective some ranks of the group never issued:
+#     Not all ranks joining collective, sequence number: 4          (2.6+; 2.5: "... collective 5 at entry 4")
+#     internal record id: 3
+#     group info: 0:default_pg
+#     collective: nccl:all_reduce
+#     missing ranks: {1}
+#     input sizes: [[3, 4]]
+#     output sizes: [[3, 4]]
+#     world size: 2                                                 ("expected ranks: 2" before 2.6)
+#     expected ranks: {0, 1}
+#     collective state: scheduled
+#     collective stack trace:
+#      all_reduce at /usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py:2696
+#      <module> at /home/user/test/crash.py:44
+_FR_NOT_JOINED_MARKER = "Not all ranks joining collective"
+_FR_NOT_JOINED = r"^\s*Not all ranks joining collective(?:[,:]? sequence number:)? *(?<seq>\d+)(?: at entry (?<entry>\d+))?"
+_FR_FIELD = (r"^\s*(?<key>internal record id|group info|collective|missing ranks|total input numel|total output numel"
+             r"|input sizes|output sizes|world size|expected ranks|collective state|collective stack trace):\s*(?<value>.*)$")
+_FR_TRACE_FRAME = r"^\s*(?<fr_function>\S+) at (?<fr_file>\S.*):(?<fr_line>\d+)\s*$"
+
+
+def _fr_not_joined_events(df: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
+    """One ``fr_not_joined`` event per analyzer report of ranks that never joined a collective:
+    attrs name the group, sequence, op, the missing and the expected ranks, and the innermost
+    frame of the user's code in the collective's stack (the stack of a rank that issued it)."""
+    heads = own.filter(pl.col("msg").str.contains(_FR_NOT_JOINED_MARKER, literal=True)).with_columns(
+        extract_groups("msg", _FR_NOT_JOINED).alias("h")).unnest("h").filter(pl.col("seq").is_not_null())
+    if heads.is_empty():
+        return conform("events", heads.clear())
+    text = pl.col("text")
+    head = text.str.contains(_FR_NOT_JOINED)
+    field = text.str.contains(_FR_FIELD)
+    frame = text.str.contains(_FR_TRACE_FRAME)
+    # A report is its header and the field and frame lines right after it: any other line ends it.
+    blocks = df.filter(pl.col("file").is_in(heads["file"].unique().implode())).with_columns(
+        head.cum_sum().over("file").alias("_block"),
+        (~(head | field | frame)).cum_sum().over("file").alias("_seg"),
+    )
+    starts = blocks.filter(pl.col("pos").is_in(heads["pos"].implode())).select("file", "_block", "_seg", "pos")
+    body = blocks.join(starts.rename({"pos": "_head_pos"}), on=["file", "_block", "_seg"], how="inner")
+    fields = body.filter(field).with_columns(extract_groups("text", _FR_FIELD).alias("f")).unnest("f")
+    value = lambda key: pl.col("value").filter(pl.col("key") == key).first()
+    per = fields.group_by("_head_pos").agg(
+        value("group info").alias("group"), value("collective").alias("op"),
+        value("missing ranks").alias("missing"), value("expected ranks").alias("expected"),
+        value("world size").alias("world"), value("collective state").alias("state"),
+        value("input sizes").alias("input_sizes"), value("output sizes").alias("output_sizes"))
+    frames = body.filter(frame & ~field).with_columns(extract_groups("text", _FR_TRACE_FRAME).alias("fr")).unnest("fr")
+    not_user = pl.col("fr_file").str.contains(r"site-packages/|dist-packages/|/torch/|^torch/|/lib/python3|^<")
+    user = frames.filter(~not_user).group_by("_head_pos").agg(
+        pl.format("{}:{}", pl.col("fr_file"), pl.col("fr_line")).sort_by("pos").first().alias("user_frame"),
+        pl.col("fr_function").sort_by("pos").first().alias("user_function"))
+    ranks = lambda c: pl.col(c).str.extract_all(r"\d+").list.eval(  # safe: Polars list.eval, not eval()
+        pl.element().cast(pl.Int64, strict=False))  # safe: Polars list.eval
+    expected = pl.when(pl.col("expected").str.contains(r"^\s*\{")).then(ranks("expected"))
+    found = header_source(heads.join(per, left_on="pos", right_on="_head_pos", how="left")
+                          .join(user, left_on="pos", right_on="_head_pos", how="left"))
+    return conform("events", found.select(
+        pl.lit(None, pl.Int32).alias("rank"),  # the analyzer speaks for every rank of the group
+        "ts",
+        "line_no",
+        "level",
+        pl.lit("flight recorder analyzer").alias("source"),
+        pl.lit("fr_not_joined").alias("kind"),
+        pl.col("msg").str.strip_chars().str.slice(0, 2000).alias("message"),
+        "pid",
+        json_attrs(
+            seq=pl.col("seq").cast(pl.Int64, strict=False),
+            pg=pl.col("group").str.extract(r"^([^:\s]+)", 1), pg_desc=pl.col("group"), op=pl.col("op"),
+            missing_ranks=ranks("missing"), expected_ranks=expected,
+            world_size=pl.coalesce(pl.col("world").cast(pl.Int64, strict=False),
+                                   pl.col("expected").str.strip_chars().cast(pl.Int64, strict=False),
+                                   expected.list.len().cast(pl.Int64)),
+            state=pl.col("state"), input_sizes=pl.col("input_sizes"), output_sizes=pl.col("output_sizes"),
+            user_frame=pl.col("user_frame"), user_function=pl.col("user_function"),
+        ).alias("attrs"),
+        "file",
+    ))
+
+
 _PG_INIT_MARKER = "initialization options: size:"
 
 
 # A chunk none of whose lines holds one of these is skipped before any frame work.
-LINES = "|".join(re.escape(m) for m in (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS))
+LINES = "|".join(re.escape(m) for m in (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS,
+                                        *_NCCL_RESULT_MARKERS, _GLOO_TIMEOUT_MARKER, _FR_NOT_JOINED_MARKER))
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
@@ -395,8 +624,11 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
         yield "events", _nccl_events(lines)
         yield "collectives", _coll_rows(lines, state)
     yield "events", _pg_init_events(own)
+    yield "events", _nccl_error_events(df, own)
+    yield "events", _gloo_timeout_events(own)
+    yield "events", _fr_not_joined_events(df, own)
     yield "stacks", _failed_collective_stacks(df, own)
-    watchdog = _watchdog_lines(own)
+    watchdog = _watchdog_lines(df, own)
     if not watchdog.is_empty():
         yield "collectives", _watchdog_collectives(watchdog)
         yield "rank_status", _rank_status(watchdog)

@@ -280,3 +280,113 @@ def test_a_rank_that_died_of_its_own_error_is_rank_crash_not_a_hang(copy_sample)
     assert not hang or 1 not in hang[0]["ranks"]
     crash = next(f for f in report["findings"] if f["signature"] == "rank-crash")
     assert crash["ranks"] == [1]
+
+
+# ---------------------------------------------------------------- logs with nothing but the symptom
+
+
+def analyzed_text(tmp_path: Path, text: str, name: str = "console.log") -> dict:
+    (tmp_path / name).write_text(text)
+    return api.analyze(tmp_path, keep=False)
+
+
+# tests/realworld/d_ofa_nccl_timeout_old_271 (OFA-Sys/OFA#271): the old wording, no Numel, no
+# [rankN]: prefix and a header without a time; five ranks wait in one ALLREDUCE.
+OLD_TIMEOUTS = "".join(
+    f"[E ProcessGroupNCCL.cpp:737] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, "
+    f"OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 180221{r} milliseconds before timing out.\n" for r in (1, 3, 2, 6, 7))
+
+
+def test_bare_watchdog_timeouts_are_the_timeout_verdict_and_name_no_culprit(tmp_path):
+    report = analyzed_text(tmp_path, OLD_TIMEOUTS)
+    verdict = report["verdict"]
+    assert verdict["signature"] == "collective-timeout"
+    assert verdict["culprit_ranks"] == []  # the ranks that timed out are the ones that waited
+    assert verdict["summary"].startswith("rank(s) 1-3, 6, 7 timed out waiting in a collective")
+    assert "SeqNum=469508, OpType=ALLREDUCE" in verdict["summary"]
+
+
+def test_watchdog_status_line_alone_counts_as_that_ranks_timeout(tmp_path):
+    # tests/realworld/d_llamafactory_linenum_prefixed_timeout_7396 (hiyouga/LLaMA-Factory#7396), its
+    # lines without the paste's "[NNNNN] " numbers: rank 3 left only its PG status line.
+    text = (
+        "[rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) "
+        "ran for 600060 milliseconds before timing out.\n"
+        "[rank3]:[E321 02:07:08.465224069 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 3] Exception (either an error or "
+        "timeout) detected by watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL work: 1579.\n"
+    )
+    report = analyzed_text(tmp_path, text)
+    assert report["verdict"]["signature"] == "collective-timeout" and report["verdict"]["culprit_ranks"] == []
+    assert report["verdict"]["summary"].startswith("rank(s) 0, 3 timed out")
+
+
+def test_bare_gloo_transport_timeout_is_the_timeout_verdict(tmp_path):
+    # tests/realworld/d_deimv2_gloo_recv_timeout_bare_65: the one line the user quoted, no rank.
+    report = analyzed_text(tmp_path, "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+                                     "Timed out waiting 1800000ms for recv operation to complete\n")
+    assert report["verdict"]["signature"] == "collective-timeout" and report["verdict"]["culprit_ranks"] == []
+    assert "Timed out waiting 1800000ms" in report["verdict"]["summary"]
+
+
+def test_nccls_own_mismatch_check_is_a_mismatch_not_an_nccl_error(tmp_path):
+    # tests/realworld/d_nccl_warn_mismatched_collective_296 (NVIDIA/nccl#296): "rank 39" is the rank
+    # that reported it, not a culprit.
+    report = analyzed_text(tmp_path, (
+        "init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around "
+        "rank 39. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs\n"))
+    assert report["verdict"]["signature"] == "collective-mismatch" and report["verdict"]["culprit_ranks"] == []
+    assert "around rank 39" in report["verdict"]["summary"]
+    roles = {f["signature"]: f["role"] for f in report["findings"]}
+    assert roles.get("nccl-error") in (None, "context")
+
+
+def test_flight_recorder_analyzer_report_is_a_hang_naming_the_missing_ranks(tmp_path):
+    # tests/realworld/d_pytorch_fr_trace_missing_ranks_140969 (pytorch/pytorch#140969).
+    from .test_nccl_parser import FR_TRACE
+    report = analyzed_text(tmp_path, FR_TRACE, name="fr_trace.txt")
+    assert report["verdict"]["signature"] == "collective-hang"
+    assert report["verdict"]["culprit_ranks"] == [3, 4, 5, 6, 7]
+    summary = report["verdict"]["summary"]
+    assert "sequence 31117 on 0:default_pg that rank(s) 0-2 scheduled" in summary
+    assert "gaussian_splatting.py:650" in summary  # where the ranks that issued it called it
+
+
+def test_a_rank_with_its_own_watchdog_record_is_not_taken_for_the_missing_one(tmp_path):
+    # tests/realworld/d_openrlhf_save_model_nccl_timeout_1126 (OpenRLHF/OpenRLHF#1126): rank 2 did not
+    # time out itself, but its dump-signal line says it enqueued 460631, the work rank 7 timed out in.
+    text = (
+        "[rank2]:[E901 05:20:03.118859045 ProcessGroupNCCL.cpp:1746] [PG ID 0 PG GUID 0(default_pg) Rank 2] Received "
+        "a dump signal due to a collective timeout from  rank 6 and we will try our best to dump the debug info. Last "
+        "enqueued NCCL work: 460631, last completed NCCL work: 460630.This is most likely caused by incorrect usages "
+        "of collectives, e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks or "
+        "the scheduled collective, for some reason, didn't run.\n"
+        "[rank7]:[E901 05:20:03.123992144 ProcessGroupNCCL.cpp:632] [Rank 7] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=460631, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+        "600020 milliseconds before timing out.\n"
+        "[rank7]:[E901 05:20:03.124073319 ProcessGroupNCCL.cpp:2271] [PG ID 0 PG GUID 0(default_pg) Rank 7]  failure "
+        "detected by watchdog at work sequence id: 460631 PG status: last enqueued work: 460631, last completed work: "
+        "460630\n"
+    )
+    report = analyzed_text(tmp_path, text)
+    assert report["verdict"]["signature"] == "collective-timeout" and report["verdict"]["culprit_ranks"] == []
+
+
+def test_a_rank_its_own_watchdog_aborted_is_not_taken_for_the_missing_one(tmp_path):
+    # tests/realworld/d_verl_alltoall_epoch_transition_hang_1158 (volcengine/verl#1158): local rank 1
+    # ended on SIGABRT (exit -6), ProcessGroupNCCL's own abort after its timeout; torchrun sends SIGTERM.
+    text = (
+        "[rank7]:[E419 10:42:28.858931807 ProcessGroupNCCL.cpp:616] [Rank 7] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=4486, OpType=ALLTOALL, NumelIn=46684160, NumelOut=46684160, Timeout(ms)=600000) ran "
+        "for 600013 milliseconds before timing out.\n"
+        "[rank7]:[E419 10:42:28.861967180 ProcessGroupNCCL.cpp:1785] [PG ID 2 PG GUID 9 Rank 7] Exception (either an "
+        "error or timeout) detected by watchdog at work: 4486, last enqueued NCCL work: 4489, last completed NCCL "
+        "work: 4485.\n"
+        "W0419 11:01:25.532000 245 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 313 closing "
+        "signal SIGTERM\n"
+        "E0419 11:01:25.597000 245 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) "
+        "local_rank: 1 (pid: 314) of binary: /usr/bin/python\n"
+    )
+    report = analyzed_text(tmp_path, text)
+    assert report["verdict"]["signature"] in ("collective-timeout", "rank-crash")
+    assert not any(f["signature"] == "collective-hang" for f in report["findings"])

@@ -107,6 +107,17 @@ def test_real_nccl_warn_from_the_duplicate_gpu_run_is_classified(sample):
     assert classes and "other" not in classes, classes
 
 
+def test_nccl_warn_pasted_without_its_host_header_is_still_a_classified_event(tmp_path):
+    # tests/realworld/d_nccl_warn_mismatched_collective_296 (NVIDIA/nccl#296, NCCL 2.4.8): the
+    # user's paste dropped the "host:pid:tid [dev] " header.
+    line = ("init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and "
+            "around rank 39. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs\n")
+    (event,) = rows(parse_text(tmp_path, line, rank=None), "events", kind="nccl_warn")
+    assert event["source"] == "init.cc:1247" and event["level"] == "W" and event["pid"] is None
+    assert json.loads(event["attrs"])["error_class"] == "collective_mismatch"
+    assert event["message"].startswith("Mismatched collective detected")
+
+
 # ---------------------------------------------------------------- COLL lines
 
 
@@ -250,6 +261,185 @@ def test_watchdog_stuck_and_communicator_aborted_are_events(tmp_path):
     assert events.filter(pl.col("kind") == "nccl_comm_aborted").height == 1
 
 
+def test_watchdog_lines_whose_header_is_not_parsed_still_give_the_collective_and_status(tmp_path):
+    # tests/realworld/d_basicsr_nccl_timeout_737 (XPixelGroup/BasicSR#737): c10's header prints the
+    # month unpadded ("E626"), and the line still gives the work and the PG status.
+    text = (
+        "[rank1]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=9801523, NumelOut=9801523, Timeout(ms)=600000) ran "
+        "for 600020 milliseconds before timing out.\n"
+        "[rank1]:[E626 06:24:44.906457629 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 1] Exception "
+        "(either an error or timeout) detected by watchdog at work: 808, last enqueued NCCL work: 811, last completed "
+        "NCCL work: 807.\n"
+    )
+    tables = parse_text(tmp_path, text, rank=None)
+    (work,) = rows(tables, "collectives", source="watchdog")
+    assert (work["rank"], work["pg"], work["seq_id"], work["op"], work["numel_in"], work["state"]) == (
+        1, "0", 808, "ALLREDUCE", 9801523, "timed_out")
+    (status,) = rows(tables, "rank_status")
+    assert (status["rank"], status["last_enqueued"], status["last_completed"], status["timed_out_seq"]) == (
+        1, 811, 807, 808)
+
+
+# tests/realworld/d_milabench_nccl_timeout_wrapped_269 (mila-iqia/milabench#269): a runner's
+# "host [stderr] " tag on each line, and each long line wrapped onto the next, unprefixed.
+WRAPPED = (
+    "dinov2-giant-nodes.node04 [stderr] [rank14]:[E909 09:55:29.307629539 ProcessGroupNCCL.cpp:607] [Rank 14] "
+    "Watchdog caught collective operation timeout: \n"
+    "WorkNCCL(SeqNum=2070, OpType=REDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 milliseconds "
+    "before timing out.\n"
+    "dinov2-giant-nodes.node04 [stderr] [rank12]:[E909 09:55:29.313379098 ProcessGroupNCCL.cpp:1664] [PG 0 "
+    "(default_pg) Rank 12] Exception (either an error or timeout) detected\n"
+    "by watchdog at work: 2070, last enqueued NCCL work: 2070, last completed NCCL work: 2069.\n"
+)
+
+
+def test_a_wrapped_watchdog_line_is_read_joined_at_its_first_line(tmp_path):
+    tables = parse_text(tmp_path, WRAPPED, rank=None)
+    (work,) = rows(tables, "collectives", source="watchdog")
+    assert (work["rank"], work["seq_id"], work["op"], work["timeout_ms"], work["line_no"]) == (
+        14, 2070, "REDUCE", 600000, 1)
+    status = {r["rank"]: r for r in rows(tables, "rank_status")}
+    assert (status[12]["pg"], status[12]["last_enqueued"], status[12]["last_completed"], status[12]["timed_out_seq"],
+            status[12]["line_no"]) == ("0", 2070, 2069, 2070, 3)
+
+
+def test_an_unwrapped_line_after_a_finished_watchdog_line_is_not_joined(tmp_path):
+    # A line of its own (the async exception, no prefix) after a complete watchdog line stays itself.
+    text = (OLD_WATCHDOG[0][0] + "\n"
+            "Collective WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1000000) raised the "
+            "following async exception: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), "
+            "NCCL version 2.25.1\n")
+    got = sorted((r["line_no"], r["seq_id"], r["state"]) for r in rows(parse_text(tmp_path, text, rank=None),
+                                                                        "collectives", source="watchdog"))
+    assert got == [(1, 15173, "timed_out"), (2, 2, "failed")]
+
+
+# ---------------------------------------------------------------- PyTorch's NCCL error reports
+
+
+# Each a real report: (case, lines, rank, result code, error class, last error).
+NCCL_REPORTS = [
+    # tests/realworld/d_nccl_unhandled_cuda_error_1410 (NVIDIA/nccl#1410, NCCL 2.20.5): a CUDA call inside NCCL.
+    ("unhandled_cuda",
+     ("[rank7]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+      "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n"
+      "[rank7]: ncclUnhandledCudaError: Call to CUDA function failed.\n"
+      "[rank7]: Last error:\n"
+      "[rank7]: Cuda failure 1 'invalid argument'\n"),
+     7, "ncclUnhandledCudaError", "cuda_failure", "Cuda failure 1 'invalid argument'"),
+    # tests/realworld/d_nccl_internal_error_lightning_1514 (NVIDIA/nccl#1514, NCCL 2.14.3): the paste starts
+    # mid-line; that era reported a peer's closed socket as an internal error, the last error says which.
+    ("internal_error_socket",
+     ("GroupNCCL.cpp:1275, internal error, NCCL version 2.14.3\n"
+      "ncclInternalError: Internal check failed.\n"
+      "Last error:\n"
+      "Net : Connection closed by remote peer user<43236>\n"
+      "Traceback (most recent call last):\n"),
+     None, "ncclInternalError", "socket", "Net : Connection closed by remote peer user<43236>"),
+    # tests/realworld/d_pytorch_async_ncclsystemerror_149984 (pytorch/pytorch#149984, NCCL 2.25.1): the
+    # watchdog's async exception, with an empty last error.
+    ("async_system_error",
+     ("Collective WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1000000) raised the "
+      "following async exception: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL "
+      "version 2.25.1\n"
+      "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. \n"
+      "Last error:\n"
+      "\n"
+      "Exception raised from checkForNCCLErrorsInternal at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL."
+      "cpp:2501 (most recent call first):\n"),
+     None, "ncclSystemError", "system_error", ""),
+]
+
+
+@pytest.mark.parametrize("case,text,rank,code,error_class,last", NCCL_REPORTS, ids=[c[0] for c in NCCL_REPORTS])
+def test_pytorch_nccl_error_report_is_one_event_with_its_class(tmp_path, case, text, rank, code, error_class, last):
+    (event,) = rows(parse_text(tmp_path, text, rank=None, name="console.log"), "events", kind="nccl_error")
+    attrs = json.loads(event["attrs"])
+    assert (event["rank"], attrs["result"], attrs["error_class"], attrs["last_error"]) == (rank, code, error_class, last)
+    assert event["line_no"] == 2 and code in event["message"]
+    if "NCCL error" in text.splitlines()[0]:  # the header line is whole: it leads the message
+        assert event["message"].splitlines()[0] == text.splitlines()[0].removeprefix("[rank7]: ").strip()
+
+
+def test_nccl_error_report_alone_is_the_nccl_error_verdict_with_its_class(tmp_path):
+    (tmp_path / "console.log").write_text(NCCL_REPORTS[2][1])
+    report = api.analyze(tmp_path, keep=False)
+    assert report["verdict"]["signature"] == "nccl-error"
+    assert "system_error" in report["verdict"]["summary"] and report["verdict"]["culprit_ranks"] == []
+    (tmp_path / "console.log").write_text(NCCL_REPORTS[0][1])
+    report = api.analyze(tmp_path, keep=False)
+    assert report["verdict"]["signature"] == "nccl-error" and report["verdict"]["culprit_ranks"] == [7]
+
+
+# ---------------------------------------------------------------- gloo's transport timeout
+
+
+def test_gloo_transport_timeout_is_an_event_even_bare_or_cut(tmp_path):
+    # tests/realworld/d_deimv2_gloo_recv_timeout_bare_65 (the bare line) and
+    # d_dfine_gloo_and_nccl_timeout_75 (two ranks' output interleaved mid-line).
+    text = (
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for "
+        "recv operation to complete\n"
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:133] Timed out waiting 1800000ms for "
+        "send operation to completeRuntimeError\n"
+        ": [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv "
+        "operation to complete\n"
+    )
+    got = rows(parse_text(tmp_path, text, rank=None), "events", kind="gloo_timeout")
+    assert [(e["line_no"], e["source"], json.loads(e["attrs"])["op"], json.loads(e["attrs"])["timeout_ms"])
+            for e in got] == [(1, "unbound_buffer.cc:81", "recv", 1800000), (2, "unbound_buffer.cc:133", "send", 1800000),
+                              (3, "unbound_buffer.cc:81", "recv", 1800000)]
+
+
+# ---------------------------------------------------------------- the flight recorder analyzer's report
+
+
+# tests/realworld/d_pytorch_fr_trace_missing_ranks_140969 (pytorch/pytorch#140969, its test plan's output).
+FR_TRACE = """Not all ranks joining collective: sequence number: 31117
+internal record id: 31116
+group info: 0:default_pg
+collective: nccl:all_reduce
+missing ranks: {3, 4, 5, 6, 7}
+input sizes: [[1571911]]
+output sizes: [[1571911]]
+world size: 8
+expected ranks: {0, 1, 2, 3, 4, 5, 6, 7}
+collective state: scheduled
+collective stack trace:
+ all_reduce at /packages/fblearner.flow.canary/workflow#link-tree/torch/distributed/distributed_c10d.py:2707
+wrapper at /packages/fblearner.flow.canary/workflow#link-tree/torch/distributed/c10d_logger.py:81
+sync_buffers at /packages/fblearner.flow.canary/workflow#link-tree/xri_mapsr/neural_fields/models/gaussian_splatting.py:650
+"""
+# The 2.5 form, as the flight recorder tutorial (pytorch/tutorials, flight_recorder_tutorial.rst) prints it.
+FR_TRACE_25 = """  Not all ranks joining collective 5 at entry 4
+  group info: 0:default_pg
+  collective: nccl:all_reduce
+  missing ranks: {1}
+  input sizes: [[3, 4]]
+  output sizes: [[3, 4]]
+  expected ranks: 2
+  collective state: scheduled
+  collective stack trace:
+    all_reduce at /home/cpio/local/pytorch/torch/distributed/distributed_c10d.py:2696
+    wrapper at /home/cpio/local/pytorch/torch/distributed/c10d_logger.py:83
+    <module> at /home/cpio/test/crash.py:44
+"""
+
+
+def test_flight_recorder_analyzer_report_names_the_missing_ranks(tmp_path):
+    (event,) = rows(parse_text(tmp_path, "Buck UI: https://example\n" + FR_TRACE, rank=None, name="fr_trace.txt"),
+                    "events", kind="fr_not_joined")
+    a = json.loads(event["attrs"])
+    assert (event["line_no"], a["seq"], a["pg"], a["op"], a["missing_ranks"], a["expected_ranks"], a["world_size"],
+            a["state"]) == (2, 31117, "0", "nccl:all_reduce", [3, 4, 5, 6, 7], list(range(8)), 8, "scheduled")
+    assert a["user_frame"].endswith("models/gaussian_splatting.py:650") and a["user_function"] == "sync_buffers"
+    (old,) = rows(parse_text(tmp_path, FR_TRACE_25, rank=None, name="fr_trace.txt"), "events", kind="fr_not_joined")
+    a = json.loads(old["attrs"])
+    assert (a["seq"], a["missing_ranks"], a["expected_ranks"], a["world_size"], a["user_frame"]) == (
+        5, [1], None, 2, "/home/cpio/test/crash.py:44")
+
+
 # ---------------------------------------------------------------- DETAIL fingerprints
 
 
@@ -316,7 +506,8 @@ def test_detail_mismatch_gives_both_ranks_fingerprints(tmp_path):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cut=st.integers(min_value=1, max_value=400), junk=st.text(max_size=30))
 def test_mutated_real_lines_never_raise(tmp_path, cut, junk):
-    base = [SOURCE_FORMAT_WARNS["ib"], OLD_WATCHDOG[0][0], OLD_STATUS[0][0], DETAIL_MISMATCH,
+    base = [SOURCE_FORMAT_WARNS["ib"], OLD_WATCHDOG[0][0], OLD_STATUS[0][0], DETAIL_MISMATCH, *WRAPPED.splitlines(),
+            *NCCL_REPORTS[0][1].splitlines(), *FR_TRACE.splitlines()[:6],
             ("vm:3640:3688 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x4a28c00000 recvbuff 0x4a28c00000 count "
              "4194304 datatype 7 op 0 root 0 comm 0x1fbee8b0 [nranks=2] stream 0x270afe20")]
     text = "\n".join(line[:cut] + junk + line[cut:] for line in base) + "\n"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import duckdb
 
+from postmortem.engine import rank_ranges
+
 from . import collective_alignment as alignment
 
 
@@ -20,6 +22,11 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         return []
     sites = alignment.call_sites(con, run_id)
     rows = []
+    # Every rank the watchdog saw time out, in a group the alignment could place or not.
+    timed_out = {r for (r,) in con.execute(
+        """SELECT rank FROM collectives WHERE run_id = $1 AND source = 'watchdog' AND state = 'timed_out'
+           UNION SELECT rank FROM rank_status WHERE run_id = $1 AND source = 'watchdog' AND timed_out_seq IS NOT NULL""",
+        [run_id]).fetchall() if r is not None}
     for d in found:
         if d.kind != "stuck":
             continue
@@ -27,7 +34,9 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         called = f", called from {site}" if site else ""
         for rank in d.others:
             call = d.calls.get(rank)
+            # culprit False: the ranks in the stalled collective waited in it; none is shown to be the cause
             rows.append({"rank": rank, "ts": call.ts if call else None, "file": call.file if call else None,
                          "line": call.line if call else None, "text": f"{d.detail} ({d.group}{called})",
-                         "user_line": site or "unknown"})
+                         "user_line": site or "unknown", "culprit": False,
+                         "waited": f"rank(s) {rank_ranges(sorted(timed_out | set(d.others)))}"})
     return rows
