@@ -207,10 +207,20 @@ def _calls(con, run_id, sources: tuple[str, ...]) -> dict[tuple, dict[int, Call]
 
 
 def _status(con, run_id) -> dict[tuple[str, int], dict]:
+    # A recorder whose counter runs past every sequence it recorded counted operations it did not
+    # record (gloo's send/recv: last_enqueued_collective 20 with collectives 1-4 recorded); a rank
+    # that sends and receives more counts more, so such a counter says nothing across ranks.
     rows = _rows(con, """
-        SELECT pg, rank, max(last_enqueued) AS enq, max(last_completed) AS done, min(timed_out_seq) AS timed_out,
-               arg_min(file, line_no) AS file, min(line_no) AS line
-        FROM rank_status WHERE run_id = $1 AND rank IS NOT NULL AND pg IS NOT NULL GROUP BY pg, rank
+        WITH recorded AS (
+            SELECT pg, rank, max(seq_id) AS seq FROM collectives
+            WHERE run_id = $1 AND source = 'flight_recorder' GROUP BY pg, rank
+        )
+        SELECT s.pg, s.rank, max(last_enqueued) AS enq, max(last_completed) AS done, min(timed_out_seq) AS timed_out,
+               arg_min(s.file, s.line_no) AS file, min(s.line_no) AS line
+        FROM rank_status s LEFT JOIN recorded r ON r.pg = s.pg AND r.rank = s.rank
+        WHERE s.run_id = $1 AND s.rank IS NOT NULL AND s.pg IS NOT NULL
+          AND NOT (s.source = 'flight_recorder' AND r.seq IS NOT NULL AND s.last_enqueued > r.seq)
+        GROUP BY s.pg, s.rank
         """, [run_id])
     return {(r["pg"], r["rank"]): r for r in rows}
 

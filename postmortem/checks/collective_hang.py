@@ -5,17 +5,26 @@ never issued the sequence the others wait in (flight-recorder dumps, or the watc
 "last enqueued work" lines), or a rank that issued it and never completed it while a peer
 did (its GPU or NCCL kernel stopped). Where such a rank was comes from its py-spy dump.
 
+Without the dumps themselves, the flight recorder analyzer's own report (``torchfrtrace``'s
+"Not all ranks joining collective ... missing ranks: {3, 4}", the ``fr_not_joined`` events)
+names the ranks that never issued the collective the others scheduled.
+
 Without a dump or a watchdog status line (gloo), a rank is missing when others timed
 out waiting and it neither timed out itself nor failed on its own: torchrun tore it down,
-or it never ended. Where it was comes from its py-spy dump, else its last log line.
+or it never ended (``common.stuck_elsewhere``). Where it was comes from its py-spy dump,
+else its last log line.
 """
 
 from __future__ import annotations
 
+import ast
+import json
+import re
 from dataclasses import replace
 
 import duckdb
 
+from postmortem.engine import rank_ranges
 from postmortem.summary import rank_endings
 
 from . import collective_alignment as alignment
@@ -96,6 +105,170 @@ def _aligned(con: duckdb.DuckDBPyConnection, run_id: str, found: list[alignment.
     return rows
 
 
+def _from_analyzer(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[int]) -> list[dict]:
+    """The analyzer's first report of ranks that never joined (lowest sequence of its group)."""
+    reports = con.execute(
+        "SELECT file, line_no, message, attrs FROM events WHERE run_id = ? AND kind = 'fr_not_joined' "
+        "ORDER BY TRY_CAST(attrs->>'seq' AS BIGINT), file, line_no", [run_id]).fetchall()
+    stacks = stack_positions(con, run_id)
+    for file, line, message, attrs in reports:
+        a = json.loads(attrs)
+        missing = sorted(set(a.get("missing_ranks") or []) - crashed)
+        if not missing:
+            continue
+        waiting = sorted(set(a.get("expected_ranks") or []) - set(a.get("missing_ranks") or []))
+        op, group, seq = a.get("op") or "the collective", a.get("pg_desc") or a.get("pg") or "?", a.get("seq")
+        headline = (f"rank(s) {rank_ranges(missing)} never issued {op} sequence {seq} on {group}"
+                    + (f" that rank(s) {rank_ranges(waiting)} {a.get('state') or 'scheduled'}" if waiting else "")
+                    + (f" (called from {a['user_frame']})" if a.get("user_frame") else ""))
+        places = [f"rank {r} was in {stacks[r]['innermost']}, called from {stacks[r]['user_line'] or 'no user frame'}"
+                  for r in missing if stacks.get(r)]
+        where = "; ".join(places) or ("the flight recorder analyzer found it in no dump of theirs: they were outside "
+                                      "torch.distributed (no stack dump shows where)")
+        # The frame above is where the ranks that issued it called it; where the missing ones were is unknown.
+        return [{"rank": r, "ts": None, "file": file, "line": line, "text": message, "culprit": True,
+                 "case": "never_enqueued", "headline": headline, "where": where,
+                 "user_line": (stacks.get(r) or {}).get("user_line") or "unknown",
+                 "waiting": rank_ranges(waiting), "groups": group, "confidence": 0.85} for r in missing]
+    return []
+
+
+_P2P_CALL = re.compile(r"\b(?P<op>i?send|i?recv)\((?P<args>.*)\)")
+_PEER_ARG = re.compile(r"\b(?P<kw>src|dst)\s*=\s*(?P<expr>[^,)#]+)")
+
+
+def _peer(expr: str, rank: int) -> int | None:
+    """The rank a ``src=``/``dst=`` argument names, as the call's own source line wrote it: an
+    integer, or the caller's rank (``rank``, ``self.rank``, ``global_rank``) plus or minus
+    integers. Read with ``ast``, never run; anything else names no rank we can know."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+
+    def value(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in ("rank", "global_rank"):
+            return rank
+        if isinstance(node, ast.Attribute) and node.attr in ("rank", "global_rank"):
+            return rank
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+            left, right = value(node.left), value(node.right)
+            if left is None or right is None:
+                return None
+            return left + right if isinstance(node.op, ast.Add) else left - right
+        return None
+
+    return value(tree)
+
+
+def _point_to_point(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[int]) -> list[dict]:
+    """Ranks that timed out in a send or recv, each waiting for the peer its call names (the
+    ``src=``/``dst=`` of the user's line in its traceback). Where two ranks wait for each other,
+    the one further along the same function (a later line: the backward recv, past the forward
+    send it skipped) is the one that did not send; a rank waited for that waits for no one in
+    return is the culprit too."""
+    rows = con.execute(
+        """
+        SELECT rank, arg_min(attrs->>'user_frame', line_no), arg_min(attrs->>'user_function', line_no),
+               arg_min(attrs->>'user_code', line_no), arg_min(file, line_no), min(line_no)
+        FROM events WHERE run_id = ? AND kind = 'exception' AND rank IS NOT NULL
+          AND attrs->>'user_code' IS NOT NULL AND message ILIKE '%timed out%'
+        GROUP BY rank
+        """, [run_id]).fetchall()
+    waits = {}
+    for rank, frame, function, code, file, line in rows:
+        call, arg = _P2P_CALL.search(code or ""), None
+        arg = _PEER_ARG.search(call["args"]) if call else None
+        peer = _peer(arg["expr"], rank) if arg else None
+        if peer is not None and peer != rank and rank not in crashed:
+            site, _, at = (frame or "").rpartition(":")
+            waits[rank] = {"peer": peer, "op": call["op"], "site": frame, "file_path": site,
+                           "line_in_file": int(at) if at.isdigit() else None, "function": function,
+                           "code": code, "file": file, "line": line}
+    culprits = set()
+    for rank, w in waits.items():
+        back = waits.get(w["peer"])
+        if back is None:
+            culprits.add(w["peer"])  # waited for, waiting for no one: it never sent or never received
+        elif back["peer"] == rank and back["function"] == w["function"] and back["file_path"] == w["file_path"] \
+                and None not in (back["line_in_file"], w["line_in_file"]) and back["line_in_file"] > w["line_in_file"]:
+            culprits.add(w["peer"])  # the peer moved on past the point this rank waits for it at
+    culprits -= crashed
+    if not culprits:
+        return []
+    out = []
+    for rank in sorted(culprits):
+        waited_by = sorted(r for r, w in waits.items() if w["peer"] == rank)
+        first = waits[waited_by[0]]
+        own = waits.get(rank)
+        where = (f"it waits in {own['op']} at {own['site']} ({own['code'].split('#')[0].strip()})" if own
+                 else "it waits for no one there")
+        headline = (f"rank {rank} never sent what rank(s) {rank_ranges(waited_by)} wait to {first['op']} from it "
+                    f"(at {first['site']}: {first['code'].split('#')[0].strip()})")
+        out.append({"rank": rank, "ts": None, "file": (own or first)["file"], "line": (own or first)["line"],
+                    "text": where, "where": where, "headline": headline, "culprit": True,
+                    "user_line": (own or first)["site"] or "unknown", "waiting": rank_ranges(waited_by),
+                    "confidence": 0.8})
+    for rank, w in sorted(waits.items()):
+        if rank not in culprits:
+            out.append({"rank": rank, "ts": None, "file": w["file"], "line": w["line"], "culprit": False,
+                        "text": f"rank {rank} waits in {w['op']} for rank {w['peer']} at {w['site']}"})
+    return out
+
+
+def _silent(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[int]) -> list[dict]:
+    """A hang that left no error line (the default 30-minute timeout, a barrier with none, a job
+    killed by the scheduler first): from the stack dumps alone. Ranks whose main thread waits in
+    a collective wait for the dumped ranks that are not in one; those are the culprits."""
+    stacks = {r: p for r, p in stack_positions(con, run_id).items() if r not in crashed}
+    waiting = sorted(r for r, p in stacks.items() if p["collective"])
+    elsewhere = sorted(r for r, p in stacks.items() if not p["collective"])
+    stopped = con.execute("SELECT max(ts) FROM events WHERE run_id = ? AND kind NOT IN "
+                          "('agent_signal', 'agent_failure', 'torchrun_failure')", [run_id]).fetchone()[0]
+    sites = {stacks[r]["user_line"] for r in waiting}
+    if waiting and not elsewhere and len(waiting) > 1 and len(sites) > 1:
+        return _crossed(stacks, waiting, stopped)
+    if not waiting or not elsewhere:
+        return []
+    ops = sorted({stacks[r]["collective"] for r in waiting})
+    headline = (f"no error line: the logs stop at {stopped}; rank(s) {rank_ranges(waiting)} wait in "
+                f"{' / '.join(ops)} (stack dumps) for rank(s) {rank_ranges(elsewhere)}, which never reached it")
+    rows = []
+    for rank in elsewhere:
+        pos = stacks[rank]
+        where = f"it was in {pos['innermost']}, called from {pos['user_line'] or 'no user frame'}"
+        rows.append({"rank": rank, "ts": stopped, "file": pos["file"], "line": None, "text": where, "where": where,
+                     "user_line": pos["user_line"] or "unknown", "headline": headline, "culprit": True,
+                     "waiting": rank_ranges(waiting), "confidence": 0.8})
+    for rank in waiting:
+        pos = stacks[rank]
+        rows.append({"rank": rank, "ts": stopped, "file": pos["file"], "line": None, "culprit": False,
+                     "text": f"rank {rank} waits in {pos['collective']}, called from {pos['user_line'] or '?'}"})
+    return rows
+
+
+def _crossed(stacks: dict[int, dict], waiting: list[int], stopped) -> list[dict]:
+    """Every dumped rank waits in a collective, but not all from the same call site: they wait in
+    different collectives, each for the others (two process groups taken in different orders, a
+    rank-conditional collective). The stacks show the call sites, not the groups, so which rank
+    took the wrong order is not told: every one of them is named, with what would tell."""
+    by_site: dict[str, list[int]] = {}
+    for rank in waiting:
+        by_site.setdefault(stacks[rank]["user_line"] or "no user frame", []).append(rank)
+    places = "; ".join(f"rank(s) {rank_ranges(ranks)} in {stacks[ranks[0]]['collective']} at {site}"
+                       for site, ranks in sorted(by_site.items(), key=lambda kv: kv[1]))
+    headline = (f"no error line: the logs stop at {stopped}; every rank waits in a collective, from different call "
+                f"sites, each for the others (a wait cycle across process groups, or a rank-conditional collective)")
+    where = (f"{places}. Which rank took the wrong order the stacks do not say: a flight-recorder dump "
+             f"(TORCH_NCCL_DEBUG_INFO_PIPE_FILE on NCCL) or `py-spy dump --locals` shows each call's group")
+    return [{"rank": rank, "ts": stopped, "file": stacks[rank]["file"], "line": None, "culprit": True,
+             "text": f"rank {rank} waits in {stacks[rank]['collective']} at {stacks[rank]['user_line']}",
+             "where": where, "headline": headline, "user_line": stacks[rank]["user_line"] or "unknown",
+             "waiting": rank_ranges(waiting), "confidence": 0.5} for rank in waiting]
+
+
 def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     everything = alignment.analyze(con, run_id)
     # The first disagreement in a group is the root: ranks that part ways at sequence 2 (a
@@ -110,7 +283,12 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     found = [d for d in found if d.culprits]
     if found:
         return _aligned(con, run_id, found)
+    analyzed = _from_analyzer(con, run_id, crashed) or _point_to_point(con, run_id, crashed)
+    if analyzed:
+        return analyzed
     timed_out, missing = stuck_elsewhere(con, run_id)
+    if not timed_out:
+        return _silent(con, run_id, crashed)
     if not missing:
         return []
     stacks = stack_positions(con, run_id)

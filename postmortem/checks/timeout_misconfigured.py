@@ -1,10 +1,15 @@
 """timeout-misconfigured: a rank was busy with legitimate slow work (writing a checkpoint,
-saving, evaluating) when its peers' collective timeout expired.
+compiling, evaluating) when its peers' collective timeout expired.
 
-Told apart from a hang by where the late rank was: its stack dump shows it inside a
-save / checkpoint / serialization call, making progress, not blocked on a queue or a lock.
-The timeout in force comes from the timeout message ("Timed out waiting 30000ms") or
-ProcessGroupNCCL's init options.
+Told apart from a hang by where the late rank's main thread was, from its stack dump: busy
+when its innermost frames are its own work (computing, writing, compiling: user code, torch
+ops, the compiler), stuck when they are a wait, whatever the functions around it are called:
+a lock, a condition or an event (threading), a queue, a pipe or a child (multiprocessing,
+subprocess, selectors, sockets), or a torch.distributed collective. A rank stuck on a lock
+inside ``save_checkpoint`` is a hang, not a slow save. What the busy rank was doing is named
+from its frames (the compiler's, serialization's, or its innermost own function). The timeout
+in force comes from the timeout message ("Timed out waiting 30000ms") or ProcessGroupNCCL's
+init options.
 """
 
 from __future__ import annotations
@@ -17,7 +22,29 @@ from postmortem.engine import rank_ranges
 
 from .common import stuck_elsewhere
 
-_SLOW_WORK = re.compile(r"(?i)checkpoint|save|serializ|write|flush|fsync|distributed/checkpoint|evaluat|validat")
+# Files whose frames, innermost, mean the thread waits for someone else (py-spy prints the
+# standard library and torch by their short paths: threading.py, torch/distributed/...).
+_WAITS = re.compile(r"(?:^|/)(?:threading|queue|selectors|socket|ssl|subprocess)\.py$|(?:^|/)(?:multiprocessing|asyncio|"
+                    r"concurrent/futures)/|(?:^|/)torch/distributed/(?!checkpoint/)")
+_COMPILING = re.compile(r"(?:^|/)torch/(?:_inductor|_dynamo|_functorch)/|(?:^|/)triton/")
+_SERIALIZING = re.compile(r"(?:^|/)torch/(?:serialization\.py|distributed/checkpoint/)")
+
+
+def what_it_was_doing(frames: list[tuple[str, str, int | None]]) -> tuple[str, str] | None:
+    """(what it was doing, where) for a main thread busy with its own work ("in save_checkpoint",
+    "compiling (torch.compile)"), innermost frame first in
+    ``frames`` (function, file, line); None when its innermost frame is a wait."""
+    if not frames or _WAITS.search(frames[0][1]):
+        return None
+    innermost = f"{frames[0][1]}:{frames[0][2]}" if frames[0][2] is not None else frames[0][1]
+    own = next(((f, f"{file}:{line}") for f, file, line in frames if not file.startswith(("torch/", "<"))
+                and "site-packages/" not in file and "/lib/python3" not in file), None)
+    if any(_COMPILING.search(file) for _, file, _ in frames):
+        return "compiling (torch.compile)", own[1] if own else innermost
+    if any(_SERIALIZING.search(file) for _, file, _ in frames):
+        return "writing a checkpoint (torch serialization)", own[1] if own else innermost
+    function, where = own or (frames[0][0], innermost)
+    return f"in {function}", where
 
 
 def _timeout_ms(con: duckdb.DuckDBPyConnection, run_id: str) -> int | None:
@@ -36,24 +63,23 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     timed_out, missing = stuck_elsewhere(con, run_id)
     if not missing:
         return []
-    frames = con.execute(
+    late = {m["rank"] for m in missing}
+    frames: dict[int, list] = {}
+    for rank, function, file, line in con.execute(
         """
-        SELECT rank, depth, function, file, line FROM stacks
-        WHERE run_id = ? AND source = 'pyspy' AND thread = 'MainThread' ORDER BY rank, depth
-        """, [run_id]).fetchall()
-    busy = {}
-    for rank, depth, function, file, line in frames:
-        if rank in busy or rank not in {m["rank"] for m in missing}:
-            continue
-        if _SLOW_WORK.search(f"{function} {file}"):
-            busy[rank] = (function, f"{file}:{line}")
+        SELECT rank, function, file, line FROM stacks
+        WHERE run_id = ? AND source = 'pyspy' AND thread = 'MainThread' ORDER BY rank, origin, depth
+        """, [run_id]).fetchall():
+        if rank in late:
+            frames.setdefault(rank, []).append((function, file, line))
+    busy = {rank: doing for rank, stack in frames.items() if (doing := what_it_was_doing(stack))}
     if not busy:
         return []
     timeout = _timeout_ms(con, run_id)
     rows = [{"rank": rank, "ts": None, "file": None, "line": None, "culprit": True,
-             "text": f"in {function} at {where} when the collective timeout expired",
-             "work": function, "where": where, "waiting": rank_ranges(list(timed_out)),
+             "text": f"{work} at {where} when the collective timeout expired",
+             "work": work, "where": where, "user_line": where, "waiting": rank_ranges(list(timed_out)),
              "timeout_s": f"{timeout / 1000:g}" if timeout else "?", "confidence": 0.8}
-            for rank, (function, where) in sorted(busy.items())]
+            for rank, (work, where) in sorted(busy.items())]
     rows += [{**t, "culprit": False} for t in timed_out.values()]
     return rows

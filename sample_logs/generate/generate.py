@@ -194,6 +194,50 @@ SCENARIOS = {
         signatures=["rank-divergent-compile"], root_cause="rank-divergent-compile",
         culprit_ranks=[1],
     ),
+    # ---- more hangs (train.py's functions after main)
+    "pipeline_missing_send": dict(
+        nproc=4, steps=10, hang=True, pyspy=True,
+        planted="4 ranks, a 4-stage pipeline (one Linear stage per rank, eager; activations sent "
+                "down with dist.send / dist.recv, their gradients sent back up, the loss "
+                "broadcast from the last stage): at step 4 stage 2 returns from send_activations "
+                "without sending to rank 3; the collective timeout is 30 s",
+        signatures=["collective-hang"], root_cause="collective-hang", culprit_ranks=[2],
+    ),
+    "two_group_cycle": dict(
+        steps=10, hang=True, pyspy=True, kill_after_s=25,
+        planted="two process groups over both ranks (dist.new_group twice: \"grads\" and "
+                "\"metrics\"), one all-reduce on each every step (sync_stats, grads first); at "
+                "step 4 rank 1 takes the metrics all-reduce first: each rank waits in the group "
+                "the other has not reached; torch's default collective timeout (30 min), so "
+                "nothing times out: the job is SIGKILLed at a deadline",
+        signatures=["collective-hang"], root_cause="collective-hang", culprit_ranks=[1],
+    ),
+    "silent_hang_killed": dict(
+        steps=10, hang=True, pyspy=True, kill_after_s=25,
+        planted="step 4: rank 1 waits forever on a threading.Event nothing sets "
+                "(wait_for_metrics_upload) while rank 0 waits in the DDP gradient all-reduce; "
+                "torch's default collective timeout (30 min), so nothing times out: the job is "
+                "SIGKILLed at a deadline",
+        signatures=["collective-hang"], root_cause="collective-hang", culprit_ranks=[1],
+    ),
+    "lock_wait_in_save": dict(
+        steps=10, hang=True, pyspy=True,
+        planted="step 4: rank 0 blocks forever in save_checkpoint_locked acquiring a "
+                "threading.Semaphore (the checkpoint slot) that its own uploader thread, started "
+                "at step 3, holds and never releases; rank 1 goes on into the DDP gradient "
+                "all-reduce; the collective timeout is 30 s",
+        signatures=["collective-hang"], root_cause="collective-hang", culprit_ranks=[0],
+    ),
+    "cold_cache_compile_timeout": dict(
+        steps=10, hang=True, pyspy=True,
+        planted="step 4: rank 1 alone compiles a 96-block eval tower (maybe_compile_eval_tower: "
+                "torch.compile, first call, no_grad) with a cold inductor cache (an empty cache "
+                "directory: every C++ kernel built from scratch, ~94 s on these 2 cores, ~20 s "
+                "warm, measured alone) while rank 0 goes on into the DDP gradient all-reduce; the "
+                "collective timeout is 30 s",
+        signatures=["timeout-misconfigured"], root_cause="timeout-misconfigured",
+        culprit_ranks=[1],
+    ),
     # ---- GPU scenarios (--device cuda; two ranks share cuda:0 over gloo unless stated)
     "recompile_limit_cuda": dict(
         gpu=True, marker="recompile_limit", steps=14, torch_trace=True,
@@ -493,6 +537,68 @@ NOTES = {
         "no flight-recorder dump. No log names packed_batch (planted_line); train.py's call "
         "`x, y = packed_batch(*ragged_batch(...))` replaced the loop's ragged_batch line in "
         "place and packed_batch sits after main, so no marked line moved.",
+    "pipeline_missing_send":
+        "As planned, 4 ranks, no torch.compile. At step 4 rank 3 waits in its forward's "
+        "dist.recv(src=2) (pipeline_step, train.py:654) for activations rank 2 never sends; rank "
+        "2, having skipped the send (send_activations returns at planted_line), goes on to its "
+        "backward and waits in dist.recv(src=3) for the gradient (train.py:664), and ranks 1 and "
+        "0 wait in the same backward recv from their next stage: py-spy (10 s in) shows all four "
+        "in recv, three at line 664 and rank 3 at 654. No log names the skipped send or the return "
+        "before it (planted_line); user_line is where the logs find rank 2, its backward recv past the "
+        "send it skipped (train.py:664, the EVIDENCE marker). "
+        "About 30 s after step 3 all four recvs raise gloo 'Timed out waiting 30000ms for recv "
+        "operation to complete' within 20 ms of each other and each rank dumps the flight "
+        "recorder from main's exception path; torchrun names rank 0 (exit 1) first observed "
+        "-- the wrong culprit -- rank 1 exits 1 too and ranks 2 and 3 are SIGTERMed after "
+        "raising (their error.json holds the same timeout). gloo's flight recorder records no "
+        "point-to-point op: each dump holds only the four per-step loss broadcasts (seq 1-4, "
+        "steps 0-3), the same on every rank, so the dumps cannot show who is behind; the "
+        "tracebacks and py-spy (who waits in a forward recv, and from whom) can.",
+    "two_group_cycle":
+        "As planned. py-spy (10 s in) shows rank 0 in sync_stats' dist.all_reduce on the "
+        "\"grads\" group (train.py:722, the else branch) and rank 1 in its all-reduce on the "
+        "\"metrics\" group (train.py:719, user_line), both under before_train_step at step 4: "
+        "a cycle, each waits in the group the other has not reached. The group is not in any "
+        "log, only in the source lines py-spy names. Nothing else happens: torch's default "
+        "30-minute timeout, so no error, no traceback, no failure table, no error.json; the "
+        "console and per-rank logs end at 'step 3 loss'. generate.py SIGKILLs torchrun and both "
+        "workers 25 s after step 3 was logged (the job's deadline), so no rank dumps the flight "
+        "recorder.",
+    "silent_hang_killed":
+        "As planned. py-spy (10 s in) shows rank 1 in Event.wait under wait_for_metrics_upload "
+        "(user_line) and rank 0 in loss.backward() (train_step, the DDP gradient all-reduce). "
+        "torch's default 30-minute timeout: no error line is ever printed, no traceback, no "
+        "failure table, no error.json; both ranks' last line is 'step 3 loss'. generate.py "
+        "SIGKILLs torchrun and both workers 25 s after step 3 was logged (the deadline): no "
+        "flight-recorder dump. Only py-spy tells the ranks apart.",
+    "lock_wait_in_save":
+        "As planned. Rank 0 logs 'saving checkpoint step 4 to ...' and never 'checkpoint saved'; "
+        "py-spy (10 s in) shows its main thread in Semaphore.acquire -> Condition.wait under "
+        "save_checkpoint_locked (user_line) and a second thread, 'ckpt-uploader', in Event.wait "
+        "under upload_checkpoints: the holder of the slot, idle, not doing I/O. Rank 1 is in "
+        "loss.backward() (the DDP gradient all-reduce), which raises after 30 s -- in this run "
+        "gloo's 'Application timeout caused pair closure' (other runs: 'Timed out waiting "
+        "30000ms for recv operation to complete') -- and exits 1; torchrun names rank 1 first "
+        "observed (the wrong culprit) and SIGTERMs rank 0 (the signal interrupts the acquire, "
+        "the handler dumps). Flight recorder: rank 1 from main's exception path (ends at seq 14, "
+        "step 4's gradient all-reduces), rank 0 from its SIGTERM handler (ends at 12, step 3). "
+        "What tells it apart from timeout_misconfigured, whose log lines are the same: the "
+        "absent rank is blocked on a lock (acquire / wait frames, no write loop), so a longer "
+        "timeout would not help.",
+    "cold_cache_compile_timeout":
+        "As planned. Rank 1 logs 'compiling the eval tower (96 blocks), inductor cache "
+        "/tmp/inductor_cold_... (empty)' right after step 3 and never 'eval tower compiled'; "
+        "py-spy (10 s in) shows its main thread busy ('active+gil') in inductor's C++ codegen "
+        "(torch/_inductor/loop_body.py, scheduler.py, codegen/cpp.py) under compile_fx, dynamo's "
+        "convert_frame and OptimizedModule.__call__ at maybe_compile_eval_tower's call "
+        "(user_line); rank 0 is in loss.backward() (the DDP gradient all-reduce), which raises "
+        "gloo 'Timed out waiting 30000ms for recv operation to complete' after 30 s: rank 0 "
+        "exits 1 and is named first observed (the wrong culprit), rank 1 is SIGTERMed mid-"
+        "compile. The same compile measured alone on this machine: 93.5 s with the empty cache, "
+        "20.1 s with a warm one (the C++ kernels cached; TORCHINDUCTOR_FX_GRAPH_CACHE=0 keeps "
+        "the rest), so the 30 s timeout is too short for a cold node, not a hang. Flight "
+        "recorder: rank 0 from main's exception path (seq 14), rank 1 from its SIGTERM handler "
+        "(seq 12, step 3).",
     "recompile_limit_cuda":
         "As recompile_limit: '[4/8] torch._dynamo hit config.recompile_limit (8)' on both ranks "
         "after eight recompiles on the guard `scale == <value>`; inductor compiled Triton "
@@ -625,7 +731,8 @@ def rel(p, start):
 def pyspy_dump(pid, rank, outdir):
     """py-spy dump (text and --json) of one pid; returns a short status string."""
     outdir.mkdir(exist_ok=True)
-    exe = shutil.which("py-spy")
+    # on PATH, or beside this Python (a venv's bin/ that is not on PATH)
+    exe = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
     if exe is None:
         return "py-spy not installed"
     status = []
@@ -638,6 +745,19 @@ def pyspy_dump(pid, rank, outdir):
         else:
             status.append(f"{suffix} failed rc={r.returncode}: {(r.stderr or r.stdout).strip()[:200]}")
     return "; ".join(status)
+
+
+def kill_job(proc, pids):
+    """SIGKILL torchrun (its process group) and every worker seen (each its own session under
+    torchrun, with any compile workers it started), as a scheduler ends a job."""
+    targets = [proc.pid] + [pid for _, pid in sorted(pids.items())]
+    for pid in targets:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+                break
+            except (ProcessLookupError, PermissionError):
+                continue
 
 
 SIGNAMES = {s.value: s.name for s in signal.Signals}
@@ -682,7 +802,11 @@ def parse_failures(console):
 
 
 def describe_exit(rc, killed, failures):
-    if killed:
+    """``killed``: False; True (the RUN_LIMIT_S safety net); or the sentence saying how the job
+    was killed at a scenario's deadline (``kill_after_s``), which then heads the description."""
+    if isinstance(killed, str):
+        head = killed
+    elif killed:
         head = f"killed by generate.py after {RUN_LIMIT_S} s"
     else:
         head = f"torchrun exit {rc}"
@@ -794,6 +918,7 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
     t0 = time.time()
     pyspy_status = None
     killed = False
+    kill_after = spec.get("kill_after_s")  # a deadline, counted from when the hang began
     with open(console_path, "wb") as console:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=console, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -802,7 +927,7 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
         while proc.poll() is None:
             time.sleep(0.5)
             if time.time() - t0 > RUN_LIMIT_S:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_job(proc, pids)
                 killed = True
                 proc.wait()
                 break
@@ -811,6 +936,16 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
             text = console_path.read_text(errors="replace")
             for m in re.finditer(r"\[rank(\d+)\] host=\S+ pid=(\d+)", text):
                 pids[int(m.group(1))] = int(m.group(2))
+            if (kill_after is not None and hang_seen_at is not None
+                    and time.time() - hang_seen_at >= kill_after):
+                # the job's deadline: SIGKILL torchrun and every worker at once, as a scheduler
+                # does (no SIGTERM first, so no rank runs a handler or dumps anything)
+                kill_job(proc, pids)
+                proc.wait()
+                killed = (f"killed at its deadline: generate.py SIGKILLed torchrun and all "
+                          f"{len(pids)} workers {time.time() - hang_seen_at:.0f} s after step "
+                          f"{FAIL_STEP - 1} was logged, torchrun rc {proc.returncode}")
+                break
             if hang_seen_at is None:
                 done = set(int(r) for r in re.findall(
                     rf"\[rank(\d+)\] step {FAIL_STEP - 1} loss", text))
@@ -932,7 +1067,20 @@ moved from line 497 to 563, so the GPU logs' `<module>` frames name line 497; th
 predate the dump, so their gloo rows have no `nccl_trace_rank_*`. `divergent_compile` then
 added `packed_batch` after `main` (its call replaced the loop's ragged_batch line 465 in
 place): again no marked line moved, but `main()` moved from 563 to 579, so the `<module>`
-frames of the CPU logs made before it name line 563.
+frames of the CPU logs made before it name line 563. The five later hang scenarios
+(`pipeline_missing_send`, `two_group_cycle`, `silent_hang_killed`, `lock_wait_in_save`,
+`cold_cache_compile_timeout`) added their functions after `main` and `EarlyExitMLP`, and three
+lines changed in place: a blank line of `main` (444) became the pipeline's dispatch to its own
+loop, the loop's `maybe_sync_before_step` line (470) also calls `before_train_step`, and
+`init_distributed` (551) takes its timeout from `collective_timeout()` (30 s, or torch's
+30-minute default for `two_group_cycle` and `silent_hang_killed`): no marked line moved, but
+`main()` moved from 597 to 819, so the `<module>` frames of the logs made before them name line
+597. `pipeline_missing_send` runs 4 ranks (`--nproc-per-node 4`), eager. A scenario with
+`kill_after_s` is killed at a deadline that many seconds after every rank logged step 3:
+generate.py SIGKILLs torchrun and every worker at once, as a scheduler would, so there is no
+failure table, no error.json and no flight-recorder dump; its `exit` says so. A folder the
+analyzer does not get right yet waits in `_pending/` (its README says why), out of `postmortem
+eval sample_logs/`: `two_group_cycle` is there.
 
 Per folder: `console.log` (torchrun's console, ranks prefixed `[default<r>]:`),
 `logs/<run>/attempt_0/<r>/{stdout,stderr}.log` (and `error.json`), `expected.json` (the
@@ -953,6 +1101,43 @@ the `--fix` run's `replay_fix.*`). Every rank dumps the flight recorder when a r
 | scenario | planted | ran on | how it ended | root cause (culprit) | regenerate |
 | --- | --- | --- | --- | --- | --- |
 """
+
+
+def _git(*args):
+    done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=HERE, check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def provenance(folder):
+    """(the commit that committed the folder's logs, its date, the generator's last commit at or
+    before it): which version of generate.py and train.py made the folder. Empty strings outside
+    a git checkout or for a folder not yet committed."""
+    logs = _git("log", "-1", "--format=%h %cs", "--", str(folder), f":!{folder}/expected.json", f":!{folder}/replay")
+    if not logs:
+        return "", "", ""
+    commit, date = logs.split()
+    return commit, date, _git("log", "-1", "--format=%h", commit, "--", str(HERE))
+
+
+PROVENANCE_HEAD = """
+## Provenance: which generator made each folder, and whether its command reproduces it today
+
+`logs committed` is the commit that committed the folder's logs (expected.json and replay/
+are re-derived later and not counted); `generator` is the last commit of `sample_logs/generate/`
+at or before it: that version of generate.py and train.py ran the scenario. Later generator
+commits added scenarios and trailing comment lines (see above) but kept every scenario's
+planted failure, so the `regenerate` command in the table above reproduces the scenario with
+today's generator; `reproduces today` says where that was checked: `cpu` rows re-ran on gloo
+with today's generator (the command `python sample_logs/generate/generate.py --out /tmp/regen
+--only NAME --backend gloo`, then `postmortem eval /tmp/regen`); GPU rows need CUDA (`--device
+cuda`, the H200 machine) and were not re-run since they were made.
+
+| folder | logs committed | generator | reproduces today |
+| --- | --- | --- | --- |
+"""
+
+# Set from the last re-run of the CPU scenarios with today's generator (see PROVENANCE_HEAD).
+REPRODUCED_TODAY = {}
 
 
 def write_readme(out_root):
@@ -978,6 +1163,14 @@ def write_readme(out_root):
         if e.get("note"):
             notes.append(f"- `{p.parent.name}`: {e['note']}")
     text = README_HEAD + "\n".join(rows) + "\n"
+    text += PROVENANCE_HEAD
+    for p in found:
+        e = json.loads(p.read_text())
+        commit, date, generator = provenance(p.parent)
+        checked = REPRODUCED_TODAY.get(p.parent.name) or ("not re-run: needs CUDA" if e["device"] != "cpu"
+                                                          else "not re-run yet")
+        made = f"{commit} ({date})" if commit else "not committed yet"
+        text += f"| `{p.parent.name}` | {made} | {generator} | {checked} |\n"
     if notes:
         text += "\n## Notes (what really happened where it differs from the plan)\n\n"
         text += "\n".join(notes) + "\n"
@@ -1000,8 +1193,10 @@ def refresh_expected(out_root, names):
         console = out_root / folder / "console.log"
         if console.is_file():  # torchrun's failure table, parsed again from the run's console
             run["failures"] = parse_failures(console.read_text(errors="replace"))
-            run["exit"] = describe_exit(run["torchrun_rc"], run["exit"].startswith("killed"),
-                                        run["failures"])
+            killed = run["exit"].startswith("killed")
+            if killed and run["exit"].startswith("killed at"):  # a deadline kill: keep its sentence
+                killed = run["exit"].split("; ")[0]
+            run["exit"] = describe_exit(run["torchrun_rc"], killed, run["failures"])
         path.write_text(json.dumps(make_expected(n, spec_fields(n, SCENARIOS[n], folder), run),
                                    indent=2) + "\n")
         print(f"[generate] {folder}: expected.json refreshed", flush=True)

@@ -441,7 +441,7 @@ def main():
     if SCENARIO == "nccl_watchdog_timeout":
         CYCLES_PER_S = gpu_cycles_per_s()
         log.info("torch.cuda._sleep: %.3g cycles/s", CYCLES_PER_S)
-
+    if SCENARIO == "pipeline_missing_send": return pipeline_main(args, rank, world, device)  # own loop
     torch.manual_seed(args.seed)
     model, cmodel, opt = build(SCENARIO, device, local_rank)
     id_emb = nn.Embedding(1000, 256).to(device) if SCENARIO == "device_assert" else None
@@ -467,7 +467,7 @@ def main():
                 x = add_id_features(x, id_emb, step, rank)
             if SCENARIO == "cuda_oom_spike":
                 build_pair_mask(x, step, rank)
-            maybe_sync_before_step(step, rank)
+            maybe_sync_before_step(step, rank); before_train_step(step, rank, world, device, model)
             loss = train_step(cmodel, opt, x, y, step, rank)
             if SCENARIO in ("allgather_shard_mismatch", "collective_mismatch_detail"):
                 gather_flat_params(step, rank, world, device)
@@ -548,7 +548,7 @@ def on_sigterm(signum, frame):
 
 
 def init_distributed(backend, rank):
-    dist.init_process_group(backend, timeout=timedelta(seconds=30))
+    dist.init_process_group(backend, timeout=collective_timeout())  # 30 s (or torch's default)
     FR_STATE["rank"] = rank
     signal.signal(signal.SIGTERM, on_sigterm)
 
@@ -591,6 +591,228 @@ class EarlyExitMLP(MLP):
             # PLANTED(fsdp_desync): rank 1 alone takes the early exit at step 4, skipping blocks[2]
             return self.head(h[:, :256]) * scale
         return self.head(self.blocks[3](self.blocks[2](h))) * scale
+
+
+# --------------------------------------------------------------------------- more hangs
+# (after main, so that no line above moves: the logs made before name the lines above). main
+# reaches this code through three lines edited in place: a blank line of main became the
+# pipeline dispatch, the loop's maybe_sync_before_step line also calls before_train_step, and
+# init_distributed's timeout comes from collective_timeout().
+
+import threading  # here, not at the top: no line above may move
+
+# The jobs of these scenarios keep torch's default collective timeout (None: 30 minutes on
+# gloo), so nothing ever times out: the scheduler kills the job at its deadline.
+DEFAULT_TIMEOUT_SCENARIOS = ("two_group_cycle", "silent_hang_killed")
+
+
+def collective_timeout():
+    """The default process group's collective timeout: 30 s, or torch's default (None)."""
+    return None if SCENARIO in DEFAULT_TIMEOUT_SCENARIOS else timedelta(seconds=30)
+
+
+def before_train_step(step, rank, world, device, model):
+    """Per-step work ahead of the forward (the scenarios below; nothing for the others)."""
+    if SCENARIO == "two_group_cycle":
+        sync_stats(step, rank, world, model)
+    elif SCENARIO == "silent_hang_killed":
+        wait_for_metrics_upload(step, rank)
+    elif SCENARIO == "lock_wait_in_save":
+        maybe_checkpoint_locked(step, rank, model)
+    elif SCENARIO == "cold_cache_compile_timeout":
+        maybe_compile_eval_tower(step, rank, device)
+
+
+# ---- pipeline_missing_send: a 4-stage pipeline, one stage per rank, activations passed on with
+# dist.send / dist.recv in the forward and their gradients passed back in the backward.
+
+PIPE_DIMS = (256, 512, 256, 128, 16)  # stage s maps PIPE_DIMS[s] -> PIPE_DIMS[s + 1]
+
+
+def make_stage(rank, world):
+    d_in, d_out = PIPE_DIMS[rank], PIPE_DIMS[rank + 1]
+    return nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU()) if rank < world - 1 else nn.Linear(d_in, d_out)
+
+
+def send_activations(act, step, rank):
+    """Pass this stage's output on to the next stage."""
+    if SCENARIO == "pipeline_missing_send" and rank == 2 and step == FAIL_STEP:
+        # PLANTED(pipeline_missing_send): stage 2 returns without sending its step-4 activations
+        return
+    # the send to rank 3 that rank 2 skips at step 4
+    dist.send(act, dst=rank + 1)
+
+
+def pipeline_step(stage, opt, x, y, step, rank, world):
+    """One step: forward down the pipeline, backward up it, then every stage steps its optimizer;
+    the last stage's loss is broadcast so that every stage logs it."""
+    last = rank == world - 1
+    if rank == 0:
+        inp = x
+    else:
+        inp = torch.empty(x.shape[0], PIPE_DIMS[rank])
+        dist.recv(inp, src=rank - 1)  # the previous stage's activations
+        inp.requires_grad_()
+    out = stage(inp)
+    opt.zero_grad(set_to_none=True)
+    if last:
+        loss = F.mse_loss(out, y)
+        loss.backward()
+    else:
+        send_activations(out.detach(), step, rank)
+        grad = torch.empty_like(out)
+        dist.recv(grad, src=rank + 1)  # EVIDENCE(pipeline_missing_send): where the logs find rank 2, past the send it skipped; the next stage's gradient of our output
+        out.backward(grad)
+    if rank > 0:
+        dist.send(inp.grad, dst=rank - 1)
+    opt.step()
+    loss_t = loss.detach().reshape(1) if last else torch.zeros(1)
+    dist.broadcast(loss_t, src=world - 1)
+    return loss_t
+
+
+def pipeline_main(args, rank, world, device):
+    """pipeline_missing_send's training loop (eager; one pipeline stage per rank)."""
+    torch.manual_seed(args.seed + rank)
+    stage = make_stage(rank, world).to(device)
+    opt = torch.optim.AdamW(stage.parameters(), lr=1e-3)
+    log.info("pipeline stage %d of %d: %s", rank, world, stage)
+    it = iter(make_loader(0, 1, args.seed))  # every stage walks the same batches
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        try:
+            x, y = next(it)
+            loss = pipeline_step(stage, opt, x.to(device), y.to(device), step, rank, world)
+        except BaseException as exc:
+            on_step_failure(exc, args.out_dir, rank, step)
+            raise
+        log.info("step %d loss %.4f step_time %.3fs %s", step, loss.item(),
+                 time.perf_counter() - t0, mem_fields(device))
+    dist.barrier()
+    log.info("done"); dump_flight_recorder("the run completed")
+    dist.destroy_process_group()
+
+
+# ---- two_group_cycle: two process groups over every rank, one all-reduce on each per step.
+
+STAT_GROUPS = {}
+
+
+def stat_groups(world):
+    """The "grads" and "metrics" groups, made once, by every rank in the same order."""
+    if not STAT_GROUPS:
+        STAT_GROUPS["grads"] = dist.new_group(ranks=list(range(world)))
+        STAT_GROUPS["metrics"] = dist.new_group(ranks=list(range(world)))
+    return STAT_GROUPS["grads"], STAT_GROUPS["metrics"]
+
+
+def sync_stats(step, rank, world, model):
+    """Every step: all-reduce the gradient norm on "grads", then the metrics on "metrics"."""
+    grads, metrics = stat_groups(world)
+    sq_norm = torch.zeros(1)
+    for p in model.parameters():
+        if p.grad is not None:
+            sq_norm += p.grad.detach().float().pow(2).sum().cpu()
+    metrics_t = torch.tensor([float(step), 1.0, sq_norm.item(), 0.0])
+    if rank == 1 and step == FAIL_STEP:
+        # PLANTED(two_group_cycle): rank 1 takes the metrics all-reduce first, rank 0 the grads one
+        dist.all_reduce(metrics_t, group=metrics)
+        dist.all_reduce(sq_norm, group=grads)
+    else:
+        dist.all_reduce(sq_norm, group=grads)
+        dist.all_reduce(metrics_t, group=metrics)
+    return sq_norm.sqrt().item(), metrics_t
+
+
+# ---- silent_hang_killed
+
+def wait_for_metrics_upload(step, rank):
+    """Wait until the previous step's metrics upload is acknowledged. At step 4 rank 1 waits on
+    an event that only an uploader thread (never started on rank 1) would set."""
+    if rank == 1 and step == FAIL_STEP:
+        acked = threading.Event()
+        # PLANTED(silent_hang_killed): waits forever: nothing will ever set the event
+        acked.wait()
+
+
+# ---- lock_wait_in_save
+
+CKPT_SLOT = threading.Semaphore(1)  # one checkpoint user at a time: the trainer or the uploader
+
+
+def upload_checkpoints(holding):
+    """The background uploader: holds the checkpoint slot while it copies the last checkpoint
+    to remote storage, and waits for the remote's acknowledgement, which never comes."""
+    CKPT_SLOT.acquire()
+    holding.set()
+    acked = threading.Event()
+    acked.wait()
+    CKPT_SLOT.release()
+
+
+def save_checkpoint_locked(state_dict, path):
+    """Save a checkpoint while holding the checkpoint slot (no upload reads a half-written file)."""
+    # PLANTED(lock_wait_in_save): blocks forever: the uploader thread holds the slot
+    CKPT_SLOT.acquire()
+    try:
+        torch.save(state_dict, path)
+    finally:
+        CKPT_SLOT.release()
+
+
+def maybe_checkpoint_locked(step, rank, model):
+    """Rank 0 starts the uploader at step 3 and saves a checkpoint at step 4."""
+    if rank != 0:
+        return
+    if step == FAIL_STEP - 1:
+        holding = threading.Event()
+        threading.Thread(target=upload_checkpoints, args=(holding,), name="ckpt-uploader",
+                         daemon=True).start()
+        holding.wait()
+    if step == FAIL_STEP:
+        path = checkpoint_path(rank)
+        log.info("saving checkpoint step %d to %s", step, path)
+        t0 = time.perf_counter()
+        save_checkpoint_locked({"model": model.state_dict(), "step": step}, path)
+        log.info("checkpoint saved in %.1f s", time.perf_counter() - t0)
+        os.remove(path)
+
+
+# ---- cold_cache_compile_timeout
+
+EVAL_DEPTH = 96
+
+
+class EvalTower(nn.Module):
+    """A deep residual tower (Linear + LayerNorm + GELU blocks, a per-block residual scale)."""
+
+    def __init__(self, d=256, depth=EVAL_DEPTH):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(d, d), nn.LayerNorm(d), nn.GELU()) for _ in range(depth))
+
+    def forward(self, x):
+        for i, block in enumerate(self.blocks):
+            x = block(x) + x * (0.5 + 0.01 * i)
+        return x
+
+
+def maybe_compile_eval_tower(step, rank, device):
+    """At step 4 rank 1 compiles the eval tower for the first time with a cold inductor cache
+    (an empty cache directory, as on a fresh node): every C++ kernel is built from scratch.
+    Rank 0 does not compile at step 4 and goes on into the gradient all-reduce."""
+    if rank != 1 or step != FAIL_STEP:
+        return
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
+    cold = tempfile.mkdtemp(prefix="inductor_cold_")
+    log.info("compiling the eval tower (%d blocks), inductor cache %s (empty)", EVAL_DEPTH, cold)
+    t0 = time.perf_counter()
+    tower = torch.compile(EvalTower().to(device))
+    with temporary_cache_dir(cold), torch.no_grad():
+        # PLANTED(cold_cache_compile_timeout): the first call compiles it: dynamo + inductor, cold
+        tower(torch.randn(64, 256, device=device))
+    log.info("eval tower compiled in %.1f s", time.perf_counter() - t0)
 
 
 if __name__ == "__main__":
