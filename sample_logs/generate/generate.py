@@ -1127,17 +1127,38 @@ are re-derived later and not counted); `generator` is the last commit of `sample
 at or before it: that version of generate.py and train.py ran the scenario. Later generator
 commits added scenarios and trailing comment lines (see above) but kept every scenario's
 planted failure, so the `regenerate` command in the table above reproduces the scenario with
-today's generator; `reproduces today` says where that was checked: `cpu` rows re-ran on gloo
-with today's generator (the command `python sample_logs/generate/generate.py --out /tmp/regen
---only NAME --backend gloo`, then `postmortem eval /tmp/regen`); GPU rows need CUDA (`--device
-cuda`, the H200 machine) and were not re-run since they were made.
+today's generator; `reproduces today` says where that was checked (`python
+sample_logs/generate/generate.py --out /tmp/regen --only NAME ...` as in the table above, then
+`postmortem eval /tmp/regen`): the CPU scenarios on gloo, the one-GPU scenarios on one H200;
+the `_nccl` rows need a GPU per rank and were not re-run since they were made.
 
 | folder | logs committed | generator | reproduces today |
 | --- | --- | --- | --- |
 """
 
-# Set from the last re-run of the CPU scenarios with today's generator (see PROVENANCE_HEAD).
-REPRODUCED_TODAY = {}
+# The last re-run of each scenario with today's generator (see PROVENANCE_HEAD), and how it
+# was checked: `generate.py --out DIR` on the machine named, then `postmortem eval DIR`.
+_H200_CPU = "yes, 2026-12-01: torch 2.11 gloo on the H200 machine's CPUs (--jobs 8), eval right"
+_H200_GPU = "yes, 2026-12-01: torch 2.11 on one H200 (--device cuda --jobs 3), eval right"
+_HERE = "yes, 2026-12-01: torch 2.13 gloo on this 2-core VM, eval right"
+_NEW = "made 2026-12-01 by this generator"
+REPRODUCED_TODAY = {
+    **dict.fromkeys(["healthy", "divergent_compile", "graph_breaks", "non_finite_loss", "recompile_limit",
+                     "recompile_shapes", "straggler", "collective_mismatch_detail", "dtype_mismatch",
+                     "hang_dataloader", "rank_frozen", "rank_exception", "native_crash", "timeout_misconfigured",
+                     "checkpoint_key_mismatch", "compile_failure", "ddp_unused_parameters"], _H200_CPU),
+    # run there too, but 8 jobs on 16 cores made step 0's compile outlast the 30 s timeout, and FSDP2's
+    # default mesh asked for cuda:1 on the one-GPU host; re-run here alone:
+    **dict.fromkeys(["rank_sigkill", "allgather_shard_mismatch", "hang_conditional_barrier", "healthy_fsdp",
+                     "fsdp_desync"], _HERE),
+    **dict.fromkeys(["compile_failure_cuda", "cuda_oom_spike", "device_assert", "graph_breaks_cuda", "memory_leak",
+                     "nccl_watchdog_timeout", "recompile_limit_cuda", "recompile_shapes_cuda", "straggler_cuda",
+                     "nccl_duplicate_gpu"], _H200_GPU),
+    **dict.fromkeys(["native_crash_torch211", "hang_dataloader_torch211", "recompile_limit_torch211"],
+                    "yes: this folder is that re-run (torch 2.11, Python 3.12, the H200 machine's CPUs)"),
+    **dict.fromkeys(["pipeline_missing_send", "silent_hang_killed", "lock_wait_in_save",
+                     "cold_cache_compile_timeout"], _NEW),
+}
 
 
 def write_readme(out_root):
@@ -1167,8 +1188,9 @@ def write_readme(out_root):
     for p in found:
         e = json.loads(p.read_text())
         commit, date, generator = provenance(p.parent)
-        checked = REPRODUCED_TODAY.get(p.parent.name) or ("not re-run: needs CUDA" if e["device"] != "cpu"
-                                                          else "not re-run yet")
+        checked = REPRODUCED_TODAY.get(p.parent.name) or (
+            "not re-run: needs 2 GPUs (one per rank; the 2-GPU kind is not lent)" if p.parent.name.endswith("_nccl")
+            else "not re-run yet")
         made = f"{commit} ({date})" if commit else "not committed yet"
         text += f"| `{p.parent.name}` | {made} | {generator} | {checked} |\n"
     if notes:
