@@ -3,9 +3,9 @@
     python benchmarks/synth.py sample_logs/hang_dataloader /tmp/job512 --ranks 512 --pad-mb 16
 
 Every line written is a line of the real run, with its ids rewritten: rank prefixes,
-"Rank N" in c10d prefixes, NCCL communicator ranks and sizes, pids, hosts. The planted
-failure stays on its rank (a culprit rank of expected.json keeps its own logs); every other
-rank gets a copy of a healthy-path rank's logs. Each node gets torchrun's layout
+"Rank N" in c10d prefixes, NCCL communicator ranks and sizes, pids, hosts. The source job's
+ranks keep their own logs (the planted failure stays on its rank, and a pipeline's stages keep
+their roles); every further rank gets a copy of a healthy-path rank's logs. Each node gets torchrun's layout
 (`node007/logs/<run>/attempt_0/<local_rank>/{stdout,stderr}.log`) and a console whose
 failure table lists that node's ranks. Padding repeats each rank's own benign lines
 (NCCL INFO, compile traces) before the failure, up to --pad-mb per rank. py-spy dumps,
@@ -45,7 +45,7 @@ class Plan:
     faulty_host: str | None
 
     def source_of(self, rank: int) -> int:
-        return rank if rank in self.culprits else self.template
+        return rank if rank in self.culprits or rank < self.source_world else self.template
 
     def node_of(self, rank: int) -> int:
         return rank // self.per_node

@@ -38,6 +38,7 @@ _NOTABLE = (
     r"overflow|skipping step|segmentation fault)\b|died with <Signals\.|exits with return code"
 )
 MESSAGE_TAIL_LINES = 30
+MAX_BARE_EXCEPTIONS = 200  # per chunk of lines
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
 _FAULTHANDLER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
@@ -357,6 +358,9 @@ def _bare_exceptions(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterato
     candidates = own.filter(pl.col("level").is_null()).filter(pl.col("text").str.contains(_BARE_EXCEPTION))
     if candidates.is_empty():
         return
+    # each is read with the lines around it (Python, a millisecond): a loop that logs the same
+    # error every second for a day is read up to its first lines, not all of them
+    candidates = candidates.head(MAX_BARE_EXCEPTIONS)
     events, failures = [], []
     for row in _rows(candidates):
         if (row["file"], row["line_no"]) in ended:

@@ -177,21 +177,26 @@ def _point_to_point(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[in
           AND attrs->>'user_code' IS NOT NULL AND message ILIKE '%timed out%'
         GROUP BY rank
         """, [run_id]).fetchall()
-    waits = {}
+    seen = {r[0] for r in con.execute("SELECT unnest(ranks_seen) FROM runs WHERE run_id = ?", [run_id]).fetchall()}
+    waits, unread = {}, set()  # unread: ranks that time out in a send/recv whose peer cannot be read
     for rank, frame, function, code, file, line in rows:
         call, arg = _P2P_CALL.search(code or ""), None
         arg = _PEER_ARG.search(call["args"]) if call else None
         peer = _peer(arg["expr"], rank) if arg else None
-        if peer is not None and peer != rank and rank not in crashed:
+        # a peer outside the job (the last stage's "rank + 1") is a reading that went wrong, not a rank
+        if peer in seen and peer != rank and rank not in crashed:
             site, _, at = (frame or "").rpartition(":")
             waits[rank] = {"peer": peer, "op": call["op"], "site": frame, "file_path": site,
                            "line_in_file": int(at) if at.isdigit() else None, "function": function,
                            "code": code, "file": file, "line": line}
+        elif call:
+            unread.add(rank)
     culprits = set()
     for rank, w in waits.items():
         back = waits.get(w["peer"])
         if back is None:
-            culprits.add(w["peer"])  # waited for, waiting for no one: it never sent or never received
+            if w["peer"] not in unread:
+                culprits.add(w["peer"])  # waited for, waiting for no one: it never sent or never received
         elif back["peer"] == rank and back["function"] == w["function"] and back["file_path"] == w["file_path"] \
                 and None not in (back["line_in_file"], w["line_in_file"]) and back["line_in_file"] > w["line_in_file"]:
             culprits.add(w["peer"])  # the peer moved on past the point this rank waits for it at
