@@ -135,15 +135,25 @@ _LAUNCHED = (r"--local_rank=(?<lr>\d+)\b.*(?:exits with return code = (?<code>-?
              r"|died with <Signals\.SIG\w+: (?<signum>\d+)>)")
 
 
+# c10d's process-group creation waiting for the others (torch <= 2.2): "Waiting in store based
+# barrier to initialize process group for rank: 2, key: store_based_barrier_key:2 (world_size=8,
+# worker_count=7, timeout=0:30:00)"
+_STORE_BARRIER = (r"Waiting in store based barrier to initialize process group for rank: (?<rank>\d+), key: (?<key>\S+) "
+                  r"\(world_size=(?<world>\d+), worker_count=(?<count>\d+)")
+
+
 def _log_events(own: pl.DataFrame) -> pl.DataFrame:
     """Warning-and-worse header lines, and the last timestamped line of each rank."""
     text = pl.col("msg")
     launched = extract_groups("msg", _LAUNCHED)
+    barrier = extract_groups("msg", _STORE_BARRIER)
     kind = (
         pl.when(text.str.contains("Watchdog caught collective operation timeout", literal=True))
         .then(pl.lit("watchdog_timeout"))
         .when(text.str.contains("closing signal", literal=True))
         .then(pl.lit("agent_signal"))
+        .when(barrier.struct.field("world").is_not_null())
+        .then(pl.lit("store_barrier_wait"))
         .when(text.str.contains(r"failed \(exitcode: -?\d+\) local_rank") | launched.struct.field("lr").is_not_null())
         .then(pl.lit("agent_failure"))
         .otherwise(pl.lit("log"))
@@ -157,6 +167,7 @@ def _log_events(own: pl.DataFrame) -> pl.DataFrame:
     warnings = header_source(own.filter(
         pl.col("level").is_in(["W", "E", "F", "C"])
         | pl.col("msg").str.contains("closing signal SIG", literal=True)
+        | pl.col("msg").str.contains("Waiting in store based barrier", literal=True)
         | pl.col("pos").is_in(notable.implode())
     ))
     sent = extract_groups("msg", r"Sending process (?<pid>\d+) closing signal (?<sig>SIG\w+)")
@@ -183,6 +194,11 @@ def _log_events(own: pl.DataFrame) -> pl.DataFrame:
         .then(json_attrs(exit_code=failed.struct.field("code").cast(pl.Int64, strict=False),
                          local_rank=failed.struct.field("lr").cast(pl.Int64, strict=False),
                          target_pid=failed.struct.field("pid").cast(pl.Int64, strict=False)))
+        .when(barrier.struct.field("world").is_not_null())
+        .then(json_attrs(barrier_rank=barrier.struct.field("rank").cast(pl.Int64, strict=False),
+                         world_size=barrier.struct.field("world").cast(pl.Int64, strict=False),
+                         worker_count=barrier.struct.field("count").cast(pl.Int64, strict=False),
+                         key=barrier.struct.field("key")))
         .when(launched.struct.field("lr").is_not_null())
         .then(json_attrs(exit_code=pl.coalesce(launched.struct.field("code").cast(pl.Int64, strict=False),
                                                -launched.struct.field("signum").cast(pl.Int64, strict=False)),

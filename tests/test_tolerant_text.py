@@ -138,3 +138,17 @@ def test_a_faulthandler_dump_that_lists_other_threads_first_names_the_current_on
     crashed = stacks.filter(pl.col("source") == "faulthandler").sort("depth")
     assert crashed["thread"].unique().to_list()[0].startswith("Current thread")
     assert crashed["function"].to_list()[:2] == ["string_at", "train_step"]
+
+
+def test_a_store_based_barrier_wait_with_ranks_missing_is_a_hang():
+    # e_openllama_store_barrier_wandb_hang_47: torch 2.0's c10d waits for 8 ranks, 7 came
+    report = api.analyze(REALWORLD / "e_openllama_store_barrier_wandb_hang_47", keep=False)
+    assert report["verdict"]["signature"] == "collective-hang"
+    assert "7 of 8 ranks reached process-group creation" in report["verdict"]["summary"]
+
+
+def test_detail_before_1_12_names_one_ranks_fingerprint_and_is_still_a_mismatch():
+    # e_speechbrain_inconsistent_collective_old_1166: "Rank 0 is running inconsistent collective: ..."
+    report = api.analyze(REALWORLD / "e_speechbrain_inconsistent_collective_old_1166", keep=False)
+    assert report["verdict"]["signature"] == "collective-mismatch" and report["verdict"]["culprit_ranks"] == []
+    assert "rank 0 ran BROADCAST of shape [4]" in report["verdict"]["summary"]

@@ -223,6 +223,38 @@ def _point_to_point(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[in
     return out
 
 
+def _store_barrier(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[int]) -> list[dict]:
+    """Ranks waiting for a process group to be created that others never came to (c10d's store
+    based barrier: "world_size=8, worker_count=7"). The ranks that never came are named when
+    every rank that arrived is seen waiting; otherwise the wait is reported without a culprit."""
+    rows = con.execute(
+        """
+        SELECT attrs->>'key' AS key, max(TRY_CAST(attrs->>'world_size' AS INTEGER)) AS world,
+               max(TRY_CAST(attrs->>'worker_count' AS INTEGER)) AS arrived,
+               list(DISTINCT TRY_CAST(attrs->>'barrier_rank' AS INTEGER)) AS waiting,
+               min(ts) AS ts, arg_min(file, line_no) AS file, min(line_no) AS line, arg_min(message, line_no) AS text
+        FROM events WHERE run_id = ? AND kind = 'store_barrier_wait' GROUP BY ALL
+        HAVING max(TRY_CAST(attrs->>'worker_count' AS INTEGER)) < max(TRY_CAST(attrs->>'world_size' AS INTEGER))
+        ORDER BY ts NULLS LAST, key
+        """, [run_id]).fetchall()
+    if not rows:
+        return []
+    key, world, arrived, waiting, ts, file, line, text = rows[0]
+    waiting = sorted(r for r in waiting if r is not None)
+    absent = sorted(set(range(world)) - set(waiting) - crashed) if len(waiting) == arrived else []
+    headline = (f"{arrived} of {world} ranks reached process-group creation ({key}) and wait for the rest"
+                + (f": rank(s) {rank_ranges(absent)} never came" if absent else
+                   f"; {len(waiting)} of them are seen waiting (rank(s) {rank_ranges(waiting)}), so which "
+                   f"{world - arrived} never came is not told"))
+    where = ("the rank(s) that never came were not at dist.init_process_group / new_group: their own logs "
+             "say where they were")
+    common = {"ts": ts, "file": file, "line": line, "headline": headline, "where": where, "user_line": "unknown",
+              "waiting": rank_ranges(waiting), "confidence": 0.75 if absent else 0.6}
+    if absent:
+        return [{**common, "rank": r, "text": text, "culprit": True} for r in absent]
+    return [{**common, "rank": None, "text": text, "culprit": True}]
+
+
 def _silent(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[int]) -> list[dict]:
     """A hang that left no error line (the default 30-minute timeout, a barrier with none, a job
     killed by the scheduler first): from the stack dumps alone. Ranks whose main thread waits in
@@ -288,7 +320,8 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     found = [d for d in found if d.culprits]
     if found:
         return _aligned(con, run_id, found)
-    analyzed = _from_analyzer(con, run_id, crashed) or _point_to_point(con, run_id, crashed)
+    analyzed = (_from_analyzer(con, run_id, crashed) or _point_to_point(con, run_id, crashed)
+                or _store_barrier(con, run_id, crashed))
     if analyzed:
         return analyzed
     timed_out, missing = stuck_elsewhere(con, run_id)
