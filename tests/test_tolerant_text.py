@@ -152,3 +152,22 @@ def test_detail_before_1_12_names_one_ranks_fingerprint_and_is_still_a_mismatch(
     report = api.analyze(REALWORLD / "e_speechbrain_inconsistent_collective_old_1166", keep=False)
     assert report["verdict"]["signature"] == "collective-mismatch" and report["verdict"]["culprit_ranks"] == []
     assert "rank 0 ran BROADCAST of shape [4]" in report["verdict"]["summary"]
+
+
+def test_an_nccl_ras_report_names_the_ranks_that_launched_fewer_operations():
+    # e_nccl_ras_opcount_mismatch_1911 (NCCL 2.26.2): 30 ranks at AllGather 640, ranks 12 and 13 at 641
+    report = api.analyze(REALWORLD / "e_nccl_ras_opcount_mismatch_1911", keep=False)
+    assert report["verdict"]["signature"] == "collective-hang"
+    assert report["verdict"]["culprit_ranks"] == [r for r in range(32) if r not in (12, 13)]
+
+
+def test_an_nccl_ras_report_of_one_rank_behind_names_it(tmp_path):
+    # No log of this form was found: the lines follow NCCL's format strings (src/ras/client_support.cc:
+    # "%d ranks have launched up to operation %ld", "Rank %d has launched up to operation %ld -- GPU ...")
+    text = ("#0-0 (78db921d1c117b4a) MISMATCH\n"
+            "  Communicator ranks have different AllReduce operation counts\n"
+            "  7 ranks have launched up to operation 64\n"
+            "  Rank 7 has launched up to operation 60 -- GPU 3 managed by process 1650386 on node node1\n")
+    (tmp_path / "ncclras.txt").write_text(text)
+    report = api.analyze(tmp_path, keep=False)
+    assert report["verdict"]["signature"] == "collective-hang" and report["verdict"]["culprit_ranks"] == [7]

@@ -223,6 +223,40 @@ def _point_to_point(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[in
     return out
 
 
+def _nccl_ras(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[int]) -> list[dict]:
+    """NCCL RAS's operation counts of a communicator: the ranks that launched the fewest
+    operations are behind; the others wait for them in the next one. RAS lists some groups'
+    ranks; the behind ranks are named when it listed them, or when it listed all the others
+    and the communicator is the whole job (its groups add up to the job's processes)."""
+    reports = con.execute("SELECT ts, file, line_no, message, attrs FROM events WHERE run_id = ? "
+                          "AND kind = 'ras_mismatch' ORDER BY ts NULLS LAST, file, line_no", [run_id]).fetchall()
+    for ts, file, line, message, attrs in reports:
+        a = json.loads(attrs)
+        groups = sorted(a["groups"], key=lambda g: g["op_count"])
+        if len(groups) < 2:
+            continue
+        behind, ahead = groups[0], groups[1:]
+        size = sum(g["count"] for g in groups)
+        if len(behind["ranks"]) == behind["count"]:
+            culprits = behind["ranks"]
+        elif a.get("ranks") == size and all(len(g["ranks"]) == g["count"] for g in ahead):
+            culprits = sorted(set(range(size)) - {r for g in ahead for r in g["ranks"]})
+        else:
+            culprits = []
+        culprits = [r for r in culprits if r not in crashed]
+        op = a.get("op") or "collective"
+        headline = (f"NCCL RAS ({a.get('comm')}): {behind['count']} rank(s) launched {op} operations only up to "
+                    f"{behind['op_count']}, while " + ", ".join(f"{g['count']} reached {g['op_count']}" for g in ahead)
+                    + (f": rank(s) {rank_ranges(culprits)} never launched the next one" if culprits else
+                       ": which ranks are behind RAS did not list"))
+        where = "RAS reports where each rank's count stopped, not what the rank was doing: a stack dump shows that"
+        common = {"ts": ts, "file": file, "line": line, "text": message, "headline": headline, "where": where,
+                  "user_line": "unknown", "waiting": rank_ranges([r for g in ahead for r in g["ranks"]]) or "?",
+                  "culprit": True, "confidence": 0.8 if culprits else 0.6}
+        return [{**common, "rank": r} for r in culprits] or [{**common, "rank": None}]
+    return []
+
+
 def _store_barrier(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[int]) -> list[dict]:
     """Ranks waiting for a process group to be created that others never came to (c10d's store
     based barrier: "world_size=8, worker_count=7"). The ranks that never came are named when
@@ -321,7 +355,7 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     if found:
         return _aligned(con, run_id, found)
     analyzed = (_from_analyzer(con, run_id, crashed) or _point_to_point(con, run_id, crashed)
-                or _store_barrier(con, run_id, crashed))
+                or _store_barrier(con, run_id, crashed) or _nccl_ras(con, run_id, crashed))
     if analyzed:
         return analyzed
     timed_out, missing = stuck_elsewhere(con, run_id)

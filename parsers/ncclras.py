@@ -1,0 +1,87 @@
+"""NCCL RAS reports (`ncclras`, NCCL >= 2.24) into ``events`` (kind ``ras_mismatch``).
+
+A line parser: ``textlog`` hands it frames of lines. RAS, asked during a hang, says which
+ranks of a communicator have launched how many collectives. Real lines (NCCL 2.26.2, a
+32-rank job; the format string is rasOutAppend's in src/ras/client_support.cc):
+
+    #0-0 (fa93daea854b060b) MISMATCH
+      Communicator ranks have different AllGather operation counts
+      30 ranks have launched up to operation 640
+      2 ranks have launched up to operation 641
+      Rank 12 -- GPU 4 managed by process 323032 on node 10.0.0.1
+      Rank 13 -- GPU 5 managed by process 323033 on node 10.0.0.1
+
+Each "N ranks have launched up to operation K" line is a group of ranks; the ranks RAS lists
+after a group line ("Rank 12 -- GPU ...", or one rank alone: "Rank 7 has launched up to
+operation 60 -- GPU ...") are that group's, RAS's outliers. The job summary's "Processes
+(total)" gives the communicator's size where the block does not list every rank. One event per
+mismatch block; its attrs hold the op, the size and each group's count, operation and ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import polars as pl
+
+from postmortem.schema import frame
+
+from .lines import following
+
+_BLOCK = re.compile(r"^#(?P<group>\d+)-(?P<comm>\d+) \((?P<hash>[0-9a-f]+)\) MISMATCH\s*$")
+_OP = re.compile(r"Communicator ranks have different (?P<op>\w+) operation counts")
+_GROUP = re.compile(r"^\s*(?P<count>\d+) ranks have launched up to operation (?P<opcount>\d+)")
+_NONE = re.compile(r"^\s*(?P<count>\d+) ranks have not launched any operations")
+_RANK = re.compile(r"^\s*Rank (?P<rank>\d+)(?: has launched up to operation (?P<opcount>\d+)| has not launched any "
+                   r"operations)? -- GPU")
+_TOTAL = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")  # the job summary's numbers row
+BLOCK_LINES = 200
+
+LINES = r"\) MISMATCH\s*$|^\s*\d+\s+\d+\s+\d+\s+\d+\s+\d+\s*$"
+
+
+def _read_block(lines: list[dict]) -> dict:
+    op, groups = None, []
+    for row in lines[1:]:
+        text = row["text"]
+        m = _OP.search(text)
+        if m:
+            op = m["op"]
+            continue
+        m = _GROUP.match(text) or _NONE.match(text)
+        if m:
+            groups.append({"count": int(m["count"]), "op_count": int(m.groupdict().get("opcount") or 0),
+                           "ranks": []})
+            continue
+        m = _RANK.match(text)
+        if m:
+            if m["opcount"] is not None or not groups:  # one rank alone, at its own count
+                groups.append({"count": 1, "op_count": int(m["opcount"] or 0), "ranks": []})
+            groups[-1]["ranks"].append(int(m["rank"]))
+            continue
+        if text.strip() and not text.startswith((" ", "\t")):
+            break  # the next block or section
+    return {"op": op, "groups": groups}
+
+
+def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
+    """One ``ras_mismatch`` event per RAS mismatch block in the chunk."""
+    totals = own.filter(pl.col("text").str.contains(_TOTAL.pattern))
+    for row in totals.select("file", "text").to_dicts():
+        # Nodes, processes per node, GPUs per process, processes (total), GPUs (total)
+        state.setdefault("ras_processes", {})[row["file"]] = int(_TOTAL.match(row["text"])[4])
+    starts = own.filter(pl.col("text").str.contains(_BLOCK.pattern))
+    events = []
+    for start in starts.select("file", "pos", "line_no", "text", "ts_ff").to_dicts():
+        m = _BLOCK.match(start["text"])
+        block = _read_block(following(df, start, BLOCK_LINES).select("text").to_dicts())
+        if not block["groups"]:
+            continue
+        events.append({"rank": None, "ts": start["ts_ff"], "file": start["file"], "line_no": start["line_no"],
+                       "level": "W", "kind": "ras_mismatch", "message": start["text"].strip(),
+                       "attrs": json.dumps({"comm": f"#{m['group']}-{m['comm']}", "comm_hash": m["hash"],
+                                            "op": block["op"], "groups": block["groups"],
+                                            "ranks": state.get("ras_processes", {}).get(start["file"])})})
+    yield "events", frame("events", events)
