@@ -171,3 +171,11 @@ def test_an_nccl_ras_report_of_one_rank_behind_names_it(tmp_path):
     (tmp_path / "ncclras.txt").write_text(text)
     report = api.analyze(tmp_path, keep=False)
     assert report["verdict"]["signature"] == "collective-hang" and report["verdict"]["culprit_ranks"] == [7]
+
+
+def test_horovods_stall_inspector_showing_ranks_missing_different_collectives_is_a_mismatch():
+    # e_lightning_horovod_stall_missing_ranks_5155: rank 0 never submitted a broadcast, rank 1 the
+    # next step's all-reduces (horovodrun's "[0]<stderr>:" prefix on every line)
+    report = api.analyze(REALWORLD / "e_lightning_horovod_stall_missing_ranks_5155", keep=False)
+    assert report["verdict"]["signature"] == "collective-mismatch" and report["verdict"]["culprit_ranks"] == [0, 1]
+    assert "rank 0 is missing broadcast (broadcast.bool.sz), rank 1 is missing allreduce" in report["verdict"]["summary"]
