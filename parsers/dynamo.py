@@ -46,7 +46,7 @@ import polars as pl
 from postmortem.schema import conform, frame
 
 from .lines import extract_groups, following, header_source
-from .runtime import is_user_frame
+from .runtime import TRACEBACK_FRAME, is_user_frame
 
 MAX_REASON = 1000
 EXCEPTION_LOOKAHEAD = 80
@@ -54,7 +54,6 @@ EXCEPTION_LOOKAHEAD = 80
 # ------------------------------------------------------------------ shared: guards, frames
 
 _CID = r"!?\d+(?:/\d+){1,2}(?:_\d+)?"
-_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
 # A traceback.FrameSummary's repr, as torch._dynamo.explain() printed its user stacks before 2.2:
 # "<FrameSummary file /path/attention.py, line 67 in <resume in forward>>"
 _FRAME_SUMMARY = re.compile(r"^\s*<FrameSummary file (?P<file>.+?), line (?P<line>\d+) in (?P<func>.+)>\s*$")
@@ -183,7 +182,7 @@ def code_framework(code_file: str | None, code_line: int | None = None) -> str |
 def _frames(lines: list[str]) -> list[dict]:
     out = []
     for line in lines:
-        m = _FILE_LINE.match(line) or _FRAME_SUMMARY.match(line)
+        m = TRACEBACK_FRAME.match(line) or _FRAME_SUMMARY.match(line)
         if m:
             out.append({"file": m["file"], "line": int(m["line"]), "function": (m["func"] or "").strip() or None})
     return out
@@ -215,7 +214,7 @@ def parse_recompile(lines: list[str]) -> dict | None:
         if item.startswith("User stack trace:"):
             continue
         if item[:1].isspace():
-            f = _FILE_LINE.match(item)
+            f = TRACEBACK_FRAME.match(item)
             if f and entries:
                 entries[-1]["frames"].append({"file": f["file"], "line": int(f["line"]), "function": f["func"]})
             continue
@@ -259,7 +258,7 @@ def parse_limit(lines: list[str]) -> dict | None:
         elif s.startswith(("last reason:", "reasons:")):
             reason = s.split(":", 1)[1].strip()
         else:
-            f = _FILE_LINE.match(line)
+            f = TRACEBACK_FRAME.match(line)
             if f:
                 frames.append({"file": f["file"], "line": int(f["line"]), "function": f["func"]})
     entry = parse_guard_entry(reason) if reason else {"entry": None, "guard": "", "where": None}

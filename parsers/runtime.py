@@ -39,7 +39,7 @@ _NOTABLE = (
 )
 MESSAGE_TAIL_LINES = 30
 MAX_BARE_EXCEPTIONS = 200  # per chunk of lines
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
+TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
 _FAULTHANDLER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
 # An exception line on its own: a (dotted) class name ending the way exception classes do, then
@@ -282,7 +282,7 @@ def _parse_traceback(lines: list[dict]) -> tuple[list[dict], dict | None, int]:
         if not stripped:
             continue
         if indent > base:
-            m = _FRAME.match(text)
+            m = TRACEBACK_FRAME.match(text)
             if m:
                 frames.append({"file": m["file"], "line": int(m["line"]), "function": m["func"], "code": None})
             elif frames and frames[-1]["code"] is None:
@@ -357,7 +357,7 @@ def _frames_above(lines: list[dict], row: dict) -> list[dict]:
     for above in reversed(lines):
         if above["rank"] != row["rank"] or above["tee"] != row["tee"]:
             continue
-        m = _FRAME.match(above["text"])
+        m = TRACEBACK_FRAME.match(above["text"])
         if m:
             frames.append({"file": m["file"], "line": int(m["line"]), "function": m["func"]})
         elif not above["text"].startswith((" ", "\t")) or not above["text"].strip():

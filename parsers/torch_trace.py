@@ -47,6 +47,7 @@ from postmortem.schema import frame
 
 from . import dynamo
 from .lines import line_series, newline_blocks, open_binary
+from .runtime import TRACEBACK_FRAME
 from .source import Source
 
 KIND = "torch_trace"
@@ -330,7 +331,7 @@ def _reason_row(reason: str | None) -> dict:
     lines = reason.split("\n")
     entry = dynamo.parse_guard_entry(lines[0])
     frames = [{"file": m["file"], "line": int(m["line"]), "function": m["func"]}
-              for m in map(dynamo._FILE_LINE.match, lines[1:]) if m]
+              for m in map(TRACEBACK_FRAME.match, lines[1:]) if m]
     cls, info = dynamo.classify_guard(entry["guard"])
     user = dynamo.innermost_user(frames)
     return {"reason": entry["guard"][:dynamo.MAX_REASON], "reason_class": cls,

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+
 import duckdb
 
 from postmortem.summary import NCCL_ABORT, rank_endings
 
-# A frame is the user's when its file is none of these (py-spy prints short file names).
-NOT_USER_SQL = """
-    file NOT LIKE '%site-packages/%' AND file NOT LIKE '%dist-packages/%' AND file NOT LIKE 'torch/%'
-    AND file NOT LIKE '%/torch/%' AND file NOT LIKE '%/lib/python3%' AND file NOT LIKE '<%'
-    AND file NOT LIKE 'threading.py' AND file NOT LIKE 'queue.py' AND file NOT LIKE 'multiprocessing/%'
-"""
+# A frame is the user's when its file matches none of these (SQL LIKE patterns; py-spy prints
+# short file names): as SQL for the queries, as a function for the checks' own Python.
+_NOT_USER = ("%site-packages/%", "%dist-packages/%", "torch/%", "%/torch/%", "%/lib/python3%", "<%",
+             "threading.py", "queue.py", "multiprocessing/%")
+NOT_USER_SQL = " AND ".join(f"file NOT LIKE '{p}'" for p in _NOT_USER)
+
+
+def is_user_file(file: str) -> bool:
+    return not any(fnmatchcase(file, p.replace("%", "*")) for p in _NOT_USER)
 
 
 def timed_out_ranks(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, dict]:

@@ -20,7 +20,7 @@ import duckdb
 
 from postmortem.engine import rank_ranges
 
-from .common import stuck_elsewhere
+from .common import is_user_file, stuck_elsewhere
 
 # Files whose frames, innermost, mean the thread waits for someone else (py-spy prints the
 # standard library and torch by their short paths: threading.py, torch/distributed/...).
@@ -37,8 +37,7 @@ def what_it_was_doing(frames: list[tuple[str, str, int | None]]) -> tuple[str, s
     if not frames or _WAITS.search(frames[0][1]):
         return None
     innermost = f"{frames[0][1]}:{frames[0][2]}" if frames[0][2] is not None else frames[0][1]
-    own = next(((f, f"{file}:{line}") for f, file, line in frames if not file.startswith(("torch/", "<"))
-                and "site-packages/" not in file and "/lib/python3" not in file), None)
+    own = next(((f, f"{file}:{line}") for f, file, line in frames if is_user_file(file)), None)
     if any(_COMPILING.search(file) for _, file, _ in frames):
         return "compiling (torch.compile)", own[1] if own else innermost
     if any(_SERIALIZING.search(file) for _, file, _ in frames):
