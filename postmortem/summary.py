@@ -442,4 +442,7 @@ def series(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         SELECT rank, avg(dur) / 1000.0 AS step_ms FROM kernels
         WHERE run_id = ? AND category IN ('step', 'step_cpu') AND rank IS NOT NULL GROUP BY rank ORDER BY rank""",
         [run_id])
-    return {"collectives": collectives, "memory": memory, "recompiles": recompiles, "step_time": step_time}
+    from . import timeline  # the per-rank timeline and the collectives grid of the HTML report
+
+    return {"collectives": collectives, "memory": memory, "recompiles": recompiles, "step_time": step_time,
+            **timeline.series(con, run_id)}
