@@ -488,10 +488,102 @@ def rerun(
     raise typer.Exit(api.exit_status([f["severity"] for f in result["report"]["findings"]], fail_on))
 
 
+@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+def watch(
+    target: Optional[list[str]] = typer.Argument(
+        None, help="The job's command after -- (watch starts it), or the log directory of a running job (attach)."),
+    stall: float = typer.Option(60.0, "--stall", help="Seconds without progress on a rank that make a stall."),
+    interval: float = typer.Option(1.0, "--interval", help="Seconds between two looks at the ranks."),
+    action: str = typer.Option("report", "--action", help="On a stall: report (keep watching), dump (stop "
+                               "watching, leave the job running) or kill (SIGTERM the job, SIGKILL after --grace)."),
+    grace: float = typer.Option(10.0, "--grace", help="Seconds between SIGTERM and SIGKILL with --action kill."),
+    pids: list[str] = typer.Option([], "--pids", help="Attach: the ranks' pids (comma-separated or repeated), "
+                                   "instead of finding them in the process table."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Where a started job's logs go (default: a new "
+                                           "./postmortem-watch-<time>/)."),
+    fmt: str = typer.Option("rich", "--format", "-f", help="rich, text or json."),
+    fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 if a stall's finding is at least this severe."),
+    labels: list[str] = LabelOption,
+    quiet: bool = QuietOption,
+    no_history: bool = typer.Option(False, "--no-history", help="Do not store the stall's analysis in the history."),
+    db: Optional[Path] = DbOption,
+) -> None:
+    """Watch a live job; on a stall, dump every rank with py-spy and say who hangs where.
+
+    Every --interval seconds it reads each rank's new log bytes and CPU time (nothing else: py-spy
+    runs only on a stall). A rank with neither for --stall seconds is a stall: every rank is
+    dumped twice with py-spy, the flight recorder is asked for a dump (NCCL's debug pipe), and the
+    logs are analyzed as a new run labelled watch: culprit, its wait, the user line, how long.
+
+    Example:  postmortem watch --stall 60 --action kill -- torchrun --nproc-per-node 8 train.py
+
+    Example:  postmortem watch /shared/job-1234/logs --stall 120        (attach to a running job)
+
+    Example:  postmortem watch /shared/job-1234/logs --pids 4101,4102 -f json
+
+    Exit codes: 0 the job ended with no stall, 1 a stall's finding (or a failed job), 2 bad input.
+    With -f json, stdout holds one postmortem.watch/1 document per line: one per stall, then the end.
+    """
+    _check_format(fmt, ("rich", "text", "json"))
+    from . import watch as watching
+
+    options = watching.Options(stall_s=stall, interval_s=interval, action=action, grace_s=grace, db=db,
+                               keep=not no_history, fail_on=fail_on, labels=_labels(labels, False))
+    stream = sys.stderr if fmt == "json" else sys.stdout  # stdout stays JSON documents
+
+    def echo(chunk: bytes) -> None:
+        stream.buffer.write(chunk) if hasattr(stream, "buffer") else stream.write(chunk.decode(errors="replace"))
+        stream.flush()
+
+    def note(text: str) -> None:
+        err.print(Text(f"postmortem watch: {text}", style="dim"), soft_wrap=True)
+
+    found_issue = []
+
+    def emit(doc: dict) -> None:
+        found_issue.append(api.exit_status([f["severity"] for f in doc["report"]["findings"]], fail_on))
+        if fmt == "json":
+            sys.stdout.write(watching.to_json(doc) + "\n")
+            sys.stdout.flush()
+        else:
+            out.print(Text(watching.describe_stall(doc), style="bold"), soft_wrap=True)
+
+    target = target or []
+    try:
+        given = [int(p) for item in pids for p in item.split(",") if p.strip()]
+    except ValueError:
+        _fail(PostmortemError(f"--pids takes process ids like 4101,4102, not {','.join(pids)!r}."))
+    try:
+        if len(target) == 1 and Path(target[0]).is_dir():
+            final = watching.watch_directory(Path(target[0]), options, pids=given, emit=emit, note=note)
+        elif not target:
+            raise PostmortemError("Give the job's command after -- (postmortem watch -- torchrun ... train.py) "
+                                  "or the log directory of a running job.")
+        elif given:
+            raise PostmortemError("--pids attaches to a running job: give its log directory, not a command.")
+        else:
+            final = watching.watch_command(target, options, out=out_dir, emit=emit, note=note,
+                                           echo=None if quiet else echo)
+    except PostmortemError as exc:
+        _fail(exc)
+    if fmt == "json":
+        sys.stdout.write(watching.to_json(final) + "\n")
+    else:
+        out.print(Text(watching.describe_end(final), style="bold"), soft_wrap=True)
+        if final["report"] is not None:
+            _emit(final["report"], fmt)
+    failed = final["report"] is not None and api.exit_status(
+        [f["severity"] for f in final["report"]["findings"]], fail_on)
+    raise typer.Exit(1 if any(found_issue) or failed or (final["exit_code"] not in (0, None)) else 0)
+
+
 @app.command(name="eval")
 def evaluate(
     directories: list[Path] = typer.Argument(..., help="Scenario folders with expected.json, or folders of them."),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+    fit_confidence: Path = typer.Option(None, "--fit-confidence", metavar="FILE",
+                                        help="Also fit each signature's confidence on these scenarios and "
+                                             "write the table to FILE (signatures/calibration.toml)."),
 ) -> None:
     """Check the analyzer against scenarios whose answer is known (expected.json), strictly.
 
@@ -500,13 +592,23 @@ def evaluate(
     its user line is the expected one where the scenario names one. Prints top-1 over the failure
     scenarios, culprit and user-line accuracy over those that name them, and benign-clean.
 
+    With --fit-confidence, the confidence of each signature and evidence kind is fitted on the
+    scenarios' outcomes and written to FILE; the reliability table printed after it judges the
+    fit leave-one-out (each scenario's confidence from a fit without it).
+
     Example:  postmortem eval sample_logs/ tests/realworld/
+    Example:  postmortem eval sample_logs/ tests/realworld/ --fit-confidence signatures/calibration.toml
     """
     _check_format(fmt, ("table", "json"))
     try:
         rows = api.evaluate(directories)
     except PostmortemError as exc:
         _fail(exc)
+    try:
+        reliability = (api.fit_confidence(rows, fit_confidence, [str(d) for d in directories])
+                       if fit_confidence else None)
+    except OSError as exc:
+        _fail(PostmortemError(f"Cannot write {fit_confidence}: {exc.strerror or exc}."))
     if fmt == "json":
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
     else:
@@ -519,6 +621,14 @@ def evaluate(
                           f"{r['expected_ranks']} / {r['found_ranks']} {mark(r['culprit_ok'])}",
                           f"{r['user_line'] or '-'} {mark(r['line_ok'])}", mark(r["ok"]))
         out.print(table)
+    if reliability:
+        table = Table(title=f"confidence, leave-one-out ({fit_confidence} written)", title_justify="left")
+        for col in ("confidence", "verdicts", "right", "fraction right", "mean confidence"):
+            table.add_column(col)
+        for b in reliability:
+            table.add_row(b["bucket"], str(b["verdicts"]), str(b["right"]), str(b["fraction_right"] or "-"),
+                          str(b["mean_confidence"] or "-"))
+        err.print(table)
     counts = api.eval_counts(rows)
     err.print(", ".join(f"{name} {right}/{n}" + (f" ({right / n:.0%})" if n else "")
                         for name, (right, n) in counts.items()))

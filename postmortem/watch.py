@@ -1,0 +1,723 @@
+"""Watch a live distributed job: per-rank progress, a stall's evidence taken while the ranks are
+still there, the same analysis as ``analyze``, then report, dump or kill.
+
+    postmortem watch --stall 60 --action kill -- torchrun --nproc-per-node 8 train.py
+    postmortem watch /shared/job-1234/logs --stall 120          (a job started elsewhere)
+
+What it reads, every ``--interval`` seconds and nothing more: the bytes each rank's log files
+gained since the last look (the files on the rank process's stdout/stderr and any it has open
+under the log directory, found in ``/proc/<pid>/fd``), and the CPU time of each rank's process
+(``/proc/<pid>/stat`` fields 14-15). A rank whose logs did not grow and that used less than
+``CPU_PROGRESS_SHARE`` of a core for ``--stall`` seconds is frozen; one frozen rank is a stall
+(all of them frozen, or some advancing while others wait, as ranks 0, 1 and 3 do in an
+all_reduce that rank 2 never joins).
+
+What it writes, on a stall: ``py-spy dump`` of every rank twice, ``DUMP_GAP_S`` apart, the second
+kept as ``pyspy/rank<N>.txt`` (py-spy's own text, e.g.
+``Thread 28991 (idle): "MainThread"`` / ``    wait_for_eval_signal (watch_job.py:26)``) where
+discovery takes the rank from the name; a flight-recorder dump through ProcessGroupNCCL's debug
+pipe (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``: writing to ``<prefix><rank>.pipe`` makes the rank dump
+without stopping) when a rank has one; then ``api.ingest`` reads the directory into a run
+labelled ``watch`` in the history, exactly as ``analyze`` would.
+
+A job is started the way ``rerun`` starts one (its instruments, its own session, every process
+found by a token in its environment); an attached job's ranks are the processes that carry
+``RANK`` in their environment and write into the log directory, or the pids given. Nothing read
+from a log or from a process's command line is ever run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from postmortem import api, summary
+from postmortem.engine import rank_ranges
+from postmortem.errors import PostmortemError
+from postmortem.parsers import pyspy as pyspy_parser
+from postmortem.parsers.source import Source
+from postmortem.replay import rerun
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "postmortem.watch/1"
+ACTIONS = ("report", "dump", "kill")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# A rank waiting in a gloo collective or on a lock uses ~1 clock tick in 3 s (background threads);
+# one computing a step uses most of a core even when it shares a core with others.
+CPU_PROGRESS_SHARE = 0.10
+DUMP_GAP_S = 2.0  # between the two py-spy dumps of a rank: a stuck rank's stack is the same in both
+PYSPY_TIMEOUT_S = 15.0
+READ_CHUNK = 1 << 20  # new bytes read per log file per look, at most: the rest is counted, not read
+FR_DUMP_PREFIX = "nccl_trace_rank_"  # what instrument_env sets TORCH_FR_DUMP_TEMP_FILE to, under the out dir
+FR_PIPE_PREFIX = "fr_pipe_rank_"  # ProcessGroupNCCL makes <prefix><rank>.pipe and dumps when it is written to
+RANK_RESCAN_S = 5.0  # how often the process table is read again for new or restarted ranks
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+# ---- the process table -------------------------------------------------------------------------
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """User + system CPU time of a process (all its threads), in clock ticks; None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[11]) + int(fields[12])  # stat fields 14 and 15, counted after the name
+
+
+def written_files(pid: int, under: Path | None = None) -> list[Path]:
+    """Regular files a process writes its logs to: its stdout and stderr, and any file it has
+    open under ``under``. torchrun's ``--redirects`` puts a worker's stdout on attempt_N/<r>/stdout.log."""
+    found = []
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    for fd in fds:
+        try:
+            target = Path(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+        if not target.is_absolute() or target.name.endswith(" (deleted)"):
+            continue
+        inside = under is not None and target.is_relative_to(under)
+        if (fd in ("1", "2") or inside) and target.is_file() and target not in found:
+            found.append(target)
+    return found
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def is_launcher(pid: int) -> bool:
+    """Whether a process is torchrun's agent (read from its argv, never run)."""
+    argv = _cmdline(pid)
+    return bool(argv) and (Path(argv[0]).name in LAUNCHERS or any(a in LAUNCHERS for a in argv[1:3]))
+
+
+def ranks_of(pids: Iterable[int]) -> dict[int, int]:
+    """rank -> pid: each process whose environment says RANK, the topmost one of each rank
+    (a rank's DataLoader workers and compile workers inherit its RANK)."""
+    ranked = {}
+    for pid in pids:
+        value = rerun._environ(pid).get("RANK", "")
+        if value.isdigit():
+            ranked[pid] = int(value)
+    by_rank: dict[int, int] = {}
+    for pid, rank in sorted(ranked.items()):
+        parent = (rerun._stat(pid) or (0,))[0]
+        if ranked.get(parent) != rank:
+            by_rank.setdefault(rank, pid)
+    return by_rank
+
+
+def _all_pids() -> list[int]:
+    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+
+
+def ranks_writing_into(directory: Path) -> dict[int, int]:
+    """rank -> pid of the processes that carry RANK and write a file under ``directory``."""
+    me = os.getpid()
+    candidates = [pid for pid in _all_pids() if pid != me and any(
+        f.is_relative_to(directory) for f in written_files(pid, directory))]
+    return ranks_of(candidates)
+
+
+class Tree:
+    """The processes of a job: its roots, their descendants, and (a started job) every process
+    carrying its token, since torchrun puts each worker in a session of its own."""
+
+    def __init__(self, roots: Iterable[int], token: str | None = None):
+        self.roots, self.token = list(roots), token
+        self.seen: dict[int, int] = {}  # pid -> start time: a reused pid is not ours
+
+    def scan(self) -> dict[int, int]:
+        stats = {}
+        children: dict[int, list[int]] = {}
+        for pid in _all_pids():
+            st = rerun._stat(pid)
+            if st is None or st[1] in ("Z", "X"):
+                continue
+            stats[pid] = st
+            children.setdefault(st[0], []).append(pid)
+        found: set[int] = set()
+        stack = [p for p in self.roots if p in stats] + [p for p in self.seen if p in stats]
+        while stack:
+            pid = stack.pop()
+            if pid not in found and (pid not in self.seen or self.seen[pid] == stats[pid][2]):
+                found.add(pid)
+                stack += children.get(pid, [])
+        if self.token:
+            marker = f"{rerun.TOKEN_VARIABLE}={self.token}".encode()
+            for pid in stats.keys() - found - {os.getpid()}:
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        if marker in f.read():
+                            found.add(pid)
+                except OSError:
+                    pass
+        now = {pid: stats[pid][2] for pid in found}
+        self.seen.update(now)
+        return now
+
+    def alive(self) -> dict[int, int]:
+        return {pid: start for pid, start in {**self.seen, **self.scan()}.items() if rerun._alive(pid, start)}
+
+    def signal(self, sig: int) -> None:
+        for pid in self.alive():
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+    def reap(self) -> None:
+        for pid in list(self.seen):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def stop(tree: Tree, grace_s: float) -> list[int]:
+    """SIGTERM every process of the job (torchrun passes it on to its workers too), SIGKILL what is
+    left after ``grace_s``, and wait for the kernel to finish them: the pids that survived."""
+    tree.signal(signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end and tree.alive():
+        tree.reap()
+        time.sleep(0.1)
+    tree.signal(signal.SIGKILL)
+    for _ in range(50):
+        tree.reap()
+        if not tree.alive():
+            break
+        time.sleep(0.05)
+    return sorted(tree.alive())
+
+
+# ---- progress ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RankProgress:
+    """What one rank has done, as seen from outside it."""
+
+    rank: int
+    pid: int
+    offsets: dict[Path, int] = field(default_factory=dict)  # bytes of each log file already seen
+    lines: int = 0
+    last_line: str = ""
+    cpu: int | None = None  # clock ticks at the last look
+    progressed_at: float = 0.0  # monotonic time of its last sign of progress
+    progressed_wall: float = 0.0  # the same, as a Unix time
+    spoke: bool = False  # wrote a log line (or has no log file to write one to): past its imports
+    gone: bool = False
+
+
+def read_new(path: Path, offset: int) -> tuple[int, int, str]:
+    """(new lines, new offset, last complete line) of a file grown past ``offset``: only new bytes
+    are read, at most READ_CHUNK of them (the offset still moves to the end)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return 0, offset, ""
+    if size < offset:  # truncated or rotated: start over
+        offset = 0
+    if size == offset:
+        return 0, offset, ""
+    with open(path, "rb") as f:
+        f.seek(max(offset, size - READ_CHUNK))
+        data = f.read(size - f.tell())
+    complete = data[: data.rfind(b"\n") + 1]
+    last = complete.rstrip(b"\n").rsplit(b"\n", 1)[-1].decode(errors="replace")[:300]
+    return data.count(b"\n"), size, last
+
+
+def look(progress: RankProgress, now: float, wall: float, interval_s: float, under: Path | None) -> None:
+    """Update one rank's progress: its log files' new lines and its CPU time since the last look."""
+    ticks = cpu_ticks(progress.pid)
+    if ticks is None:
+        progress.gone = True
+        return
+    moved = False
+    files = written_files(progress.pid, under)
+    if not files:
+        progress.spoke = True
+    for path in files:
+        offset = progress.offsets.get(path)
+        if offset is None:  # a file seen for the first time: what it held before is not news
+            progress.offsets[path] = read_new(path, 0)[1]
+            progress.spoke = progress.spoke or progress.offsets[path] > 0
+            continue
+        count, progress.offsets[path], last = read_new(path, offset)
+        if count or progress.offsets[path] != offset:
+            moved = progress.spoke = True
+            progress.lines += count
+            progress.last_line = last or progress.last_line
+    if progress.cpu is not None and ticks - progress.cpu >= CPU_PROGRESS_SHARE * interval_s * CLOCK_TICKS:
+        moved = True
+    progress.cpu = ticks
+    if moved or not progress.progressed_at:
+        progress.progressed_at, progress.progressed_wall = now, wall
+
+
+def frozen(ranks: Mapping[int, RankProgress], now: float, stall_s: float) -> list[int]:
+    """The live ranks that showed no progress for ``stall_s`` seconds."""
+    return sorted(r for r, p in ranks.items() if not p.gone and now - p.progressed_at >= stall_s)
+
+
+# ---- evidence ------------------------------------------------------------------------------------
+
+
+def pyspy_twice(ranks: Mapping[int, int], out: Path, gap_s: float = DUMP_GAP_S,
+                between: Callable[[], None] | None = None) -> dict[int, dict]:
+    """py-spy every rank (in parallel), ``gap_s`` later again; the second dump of each rank is
+    written to ``out/pyspy/rank<N>.txt``. rank -> {file, innermost: [first, second], moved}."""
+    exe = rerun.pyspy_exe()
+    if exe is None:
+        raise PostmortemError("py-spy is not installed (pip install py-spy): watch needs it to see where ranks are.")
+
+    def dump_all() -> dict[int, str]:
+        procs = {rank: subprocess.Popen([exe, "dump", "--pid", str(pid)], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                 for rank, pid in ranks.items()}
+        texts = {}
+        for rank, proc in procs.items():
+            try:
+                texts[rank] = proc.communicate(timeout=PYSPY_TIMEOUT_S)[0].decode(errors="replace")
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                log.warning("py-spy dump of rank %d timed out", rank)
+        return texts
+
+    first = dump_all()
+    if between:
+        between()
+    time.sleep(gap_s)
+    second = dump_all()
+    (out / "pyspy").mkdir(parents=True, exist_ok=True)
+    taken = {}
+    for rank, text in second.items():
+        path = out / "pyspy" / f"rank{rank}.txt"
+        path.write_text(text, encoding="utf-8")
+        before, after = innermost(first.get(rank, "")), innermost(text)
+        taken[rank] = {"file": str(path.relative_to(out)), "innermost": [before, after],
+                       "moved": before != after}
+    return taken
+
+
+def innermost(dump: str) -> str | None:
+    """The main thread's innermost frame of a py-spy text dump, as ``function (file:line)``."""
+    stacks, _ = pyspy_parser.parse_text(dump, Source(path=Path("-"), name="-", kind=pyspy_parser.KIND))
+    main = [s for s in stacks if s["thread"] == "MainThread"] or stacks
+    if not main:
+        return None
+    top = min(main, key=lambda s: s["depth"])
+    return f"{top['function']} ({top['file']}:{top['line']})"
+
+
+def ask_flight_recorder(ranks: Mapping[int, int], default_prefix: Path | None) -> list[str]:
+    """Write to each rank's ProcessGroupNCCL debug pipe (a dump without stopping the rank):
+    the pipes written to. A rank without one (gloo, monitoring off) is left alone."""
+    asked = []
+    for rank, pid in ranks.items():
+        prefix = rerun._environ(pid).get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") or (
+            str(default_prefix) if default_prefix else "")
+        if not prefix:
+            continue
+        pipe = f"{prefix}{rank}.pipe"
+        try:
+            if not stat.S_ISFIFO(os.stat(pipe).st_mode):
+                continue
+            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO when nobody reads it: no NCCL group
+        except OSError:
+            continue
+        try:
+            os.write(fd, b"1\n")
+            asked.append(pipe)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return asked
+
+
+def collective_timeout_s(con, run_id: str) -> float | None:
+    """The collective timeout in force, when the logs say it (ProcessGroupNCCL's init options,
+    a watchdog line, the flight recorder's entries); gloo says nothing of it."""
+    row = con.execute(
+        """
+        SELECT min(t) FROM (
+            SELECT TRY_CAST(attrs->>'timeout_ms' AS BIGINT) AS t FROM events
+            WHERE run_id = ? AND kind IN ('pg_init', 'watchdog_timeout')
+            UNION ALL SELECT timeout_ms FROM collectives WHERE run_id = ?
+        ) WHERE t > 0
+        """, [run_id, run_id]).fetchone()
+    return row[0] / 1000 if row and row[0] else None
+
+
+def _iso(wall: float | None) -> str | None:
+    if wall is None:
+        return None
+    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+# ---- the loop ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    stall_s: float = 60.0
+    interval_s: float = 1.0
+    action: str = "report"
+    grace_s: float = 10.0
+    db: Path | None = None
+    keep: bool = True
+    fail_on: str = "error"
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def check_options(options: Options) -> None:
+    if options.action not in ACTIONS:
+        raise PostmortemError(f"--action must be one of {', '.join(ACTIONS)}, not {options.action!r}.")
+    if options.stall_s <= 0 or options.interval_s <= 0 or options.grace_s < 0:
+        raise PostmortemError("--stall and --interval must be positive and --grace not negative (seconds).")
+    if options.interval_s > options.stall_s:
+        raise PostmortemError("--interval must not be longer than --stall.")
+    api.exit_status([], options.fail_on)
+
+
+class Watcher:
+    """One watch: the job's processes, its ranks' progress, and what it found."""
+
+    def __init__(self, options: Options, out: Path, tree: Tree, find_ranks: Callable[[], dict[int, int]],
+                 log_dir: Path | None, emit: Callable[[dict], None], note: Callable[[str], None],
+                 command: list[str] | None = None):
+        self.options, self.out, self.tree, self.find_ranks = options, out, tree, find_ranks
+        self.log_dir, self.emit, self.note, self.command = log_dir, emit, note, command
+        self.ranks: dict[int, RankProgress] = {}
+        self.stalls: list[dict] = []
+        self.armed = True  # a stall is reported once; progress re-arms it
+        self.found_at = -RANK_RESCAN_S
+        self.started = False  # every rank has written a line: the job is past its start
+
+    def refresh_ranks(self, now: float, wall: float) -> None:
+        # Finding the ranks reads the process table: every RANK_RESCAN_S, or when one is gone.
+        complete = self.ranks and len(self.ranks) >= self.local_world_size()
+        if now - self.found_at < RANK_RESCAN_S and complete and not any(p.gone for p in self.ranks.values()):
+            found = {}
+        else:
+            found, self.found_at = self.find_ranks(), now
+        for rank, pid in found.items():
+            known = self.ranks.get(rank)
+            if known is None or known.pid != pid:  # a new rank, or torchrun restarted it
+                self.ranks[rank] = RankProgress(rank, pid, progressed_at=now, progressed_wall=wall)
+        for p in self.ranks.values():
+            look(p, now, wall, self.options.interval_s, self.log_dir)
+
+    def local_world_size(self) -> int:
+        """How many ranks run on this node, as torchrun tells its workers (LOCAL_WORLD_SIZE)."""
+        for p in self.ranks.values():
+            value = rerun._environ(p.pid).get("LOCAL_WORLD_SIZE", "")
+            if value.isdigit():
+                return int(value)
+        return 1
+
+    def step(self) -> dict | None:
+        """One look at every rank; a stall's document when this look found one."""
+        now, wall = time.monotonic(), time.time()
+        self.refresh_ranks(now, wall)
+        live = [p for p in self.ranks.values() if not p.gone]
+        if not self.started:
+            # Ranks that finished importing wait for the others in the rendezvous: the stall clock
+            # starts once every rank has written a line.
+            if not live or len(live) < self.local_world_size() or not all(p.spoke for p in live):
+                return None
+            self.started = True
+            for p in live:
+                p.progressed_at, p.progressed_wall = now, wall
+        stuck = frozen(self.ranks, now, self.options.stall_s)
+        if not stuck:
+            self.armed = True
+            return None
+        if not self.armed:
+            return None
+        self.armed = False
+        return self.on_stall(stuck, now)
+
+    def on_stall(self, stuck: list[int], now: float) -> dict:
+        live = {r: p.pid for r, p in self.ranks.items() if not p.gone}
+        since = min(self.ranks[r].progressed_at for r in stuck)
+        since_wall = min(self.ranks[r].progressed_wall for r in stuck)
+        self.note(f"stall: rank(s) {rank_ranges(stuck)} showed no progress for {now - since:.0f} s; "
+                  f"taking py-spy dumps of {len(live)} rank(s)")
+        fr_prefix = self.out / FR_PIPE_PREFIX if self.command else None
+        asked: list[str] = []
+        dumps = pyspy_twice(live, self.out, between=lambda: asked.extend(ask_flight_recorder(live, fr_prefix)))
+        labels = {"watch": "true", "watch_stalled_ranks": rank_ranges(stuck),
+                  "watch_stalled_s": f"{time.monotonic() - since:.0f}", **self.options.labels}
+        if self.command:
+            labels["command"] = shlex.join(self.command)
+        analyzed = self.analyzed_dir()
+        try:
+            con, run_id, _ = api.ingest(analyzed, db=self.options.db, keep=self.options.keep,
+                                        fail_on=self.options.fail_on, labels=labels)
+        except PostmortemError as exc:
+            raise PostmortemError(f"The stalled job's logs in {analyzed} could not be analyzed: {exc}") from exc
+        report = summary.report(con, run_id)
+        timeout_s = collective_timeout_s(con, run_id)
+        con.close()
+        stalled_s = round(time.monotonic() - since, 1)
+        doc = {
+            "schema": SCHEMA, "run_id": run_id, "source_dir": str(analyzed),
+            "command": self.command, "ranks": self.rank_table(now),
+            "stalled_ranks": stuck, "stalled_since": _iso(since_wall), "stalled_s": stalled_s,
+            "timeout_s": timeout_s, "timeout_at": _iso(since_wall + timeout_s) if timeout_s else None,
+            "timeout_left_s": round(timeout_s - stalled_s, 1) if timeout_s else None,
+            "evidence": {"pyspy": dumps, "flight_recorder_pipes": asked},
+            "verdict": report["verdict"], "culprit_innermost": culprit_frames(report["verdict"], dumps),
+            "action_taken": self.options.action, "killed": None, "report": report,
+        }
+        self.stalls.append(doc)
+        return doc
+
+    def analyzed_dir(self) -> Path:
+        return self.out
+
+    def rank_table(self, now: float) -> dict[str, dict]:
+        return {str(r): {"pid": p.pid, "lines": p.lines, "cpu_s": round((p.cpu or 0) / CLOCK_TICKS, 2),
+                         "idle_s": round(now - p.progressed_at, 1), "last_line": p.last_line, "gone": p.gone}
+                for r, p in sorted(self.ranks.items())}
+
+
+def culprit_frames(verdict: dict, dumps: Mapping[int, dict]) -> dict[str, str | None]:
+    """rank -> the innermost frame py-spy saw in each culprit rank's main thread (its wait)."""
+    return {str(r): dumps[r]["innermost"][1] for r in verdict.get("culprit_ranks") or [] if r in dumps}
+
+
+def watch_command(argv: list[str], options: Options, out: Path | None = None,
+                  emit: Callable[[dict], None] = lambda doc: None, note: Callable[[str], None] = log.info,
+                  echo: Callable[[bytes], None] | None = None) -> dict:
+    """Start ``argv`` with rerun's instruments and watch it until it exits, or until a stall's
+    action (dump, kill) ends the watch. Returns the final document."""
+    check_options(options)
+    if "/" not in argv[0] and shutil.which(argv[0]) is None:
+        raise PostmortemError(f"No such command: {argv[0]} (not on PATH).")
+    out = _new_dir(out, "postmortem-watch")
+    token = secrets.token_hex(8)
+    env, chosen = rerun.instrument_env(out, os.environ, token=token)
+    env.setdefault("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(out / FR_PIPE_PREFIX))
+    was_subreaper = rerun._subreaper(True)
+    t0 = time.monotonic()
+    # The job writes its console to the file itself: it outlives a watch that stops (--action dump).
+    try:
+        with open(out / "console.log", "wb") as console:
+            try:
+                proc = subprocess.Popen(argv, env=env, stdout=console, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            except FileNotFoundError as exc:
+                raise PostmortemError(f"No such command: {argv[0]}.") from exc
+            except PermissionError as exc:
+                raise PostmortemError(f"Cannot run {argv[0]}: {exc.strerror}.") from exc
+        tree = Tree([proc.pid], token)
+        watcher = Watcher(options, out, tree, lambda: ranks_of(tree.alive()), out / "logs", emit, note, argv)
+        tail = _Tail(out / "console.log", echo)
+        ended, killed = _loop(watcher, tree, lambda: proc.poll() is not None, tail, options)
+        if ended == "exited" and tree.alive():  # workers left behind by a launcher that exited
+            stop(tree, min(options.grace_s, 5.0))
+        tree.reap()
+        tail.poll()
+    finally:
+        if not was_subreaper:
+            rerun._subreaper(False)
+    exit_code = proc.returncode if ended != "watching_stopped" else None
+    report = None
+    if ended == "exited" and exit_code and not watcher.stalls:  # it failed on its own: say why, as rerun would
+        labels = {"watch": "true", "command": shlex.join(argv), **options.labels}
+        try:
+            report = api.analyze(out, db=options.db, keep=options.keep, fail_on=options.fail_on, labels=labels)
+        except PostmortemError as exc:
+            note(f"the job left nothing to analyze: {exc}")
+    final = {"schema": SCHEMA, "command": argv, "out_dir": str(out), "ended": ended, "exit_code": exit_code,
+             "seconds": round(time.monotonic() - t0, 1), "pids": sorted(tree.seen), "instruments": chosen,
+             "stalls": len(watcher.stalls), "killed": killed, "ranks": watcher.rank_table(time.monotonic()),
+             "verdict": watcher.stalls[-1]["verdict"] if watcher.stalls else (report or {}).get("verdict"),
+             "report": report}
+    return final
+
+
+def watch_directory(directory: Path, options: Options, pids: list[int] | None = None,
+                    emit: Callable[[dict], None] = lambda doc: None,
+                    note: Callable[[str], None] = log.info, wait_s: float | None = None) -> dict:
+    """Attach to a job started elsewhere whose logs go to ``directory``: its ranks are ``pids``, or
+    the processes carrying RANK that write under it (found within ``wait_s``, the stall by default)."""
+    check_options(options)
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise PostmortemError(f"{directory} is not a directory.")
+    directory = directory.resolve()
+    if pids:
+        missing = [p for p in pids if cpu_ticks(p) is None]
+        if missing:
+            raise PostmortemError(f"No such process: {', '.join(map(str, missing))}.")
+        by_rank = ranks_of(pids)
+        given = sorted(pids)
+
+        def find() -> dict[int, int]:
+            return by_rank or {i: p for i, p in enumerate(given)}
+    else:
+        def find() -> dict[int, int]:
+            return ranks_writing_into(directory)
+    deadline = time.monotonic() + (options.stall_s if wait_s is None else wait_s)
+    found = find()
+    while not found and time.monotonic() < deadline:
+        time.sleep(min(options.interval_s, 1.0))
+        found = find()
+    if not found:
+        raise PostmortemError(f"No running process with RANK in its environment writes into {directory}; "
+                              "give the ranks' pids with --pids.")
+    roots = sorted(set(found.values()) | {parent for pid in found.values()
+                                          if (parent := (rerun._stat(pid) or (0,))[0]) and is_launcher(parent)})
+    tree = Tree(roots)
+    tree.scan()
+    out = directory / "postmortem-watch"
+    watcher = _AttachedWatcher(options, out, tree, find, directory, emit, note)
+    t0 = time.monotonic()
+    ended, killed = _loop(watcher, tree, lambda: all(p.gone for p in watcher.ranks.values()) and bool(watcher.ranks),
+                          None, options)
+    return {"schema": SCHEMA, "command": None, "out_dir": str(directory), "ended": ended, "exit_code": None,
+            "seconds": round(time.monotonic() - t0, 1), "pids": sorted(tree.seen), "instruments": {},
+            "stalls": len(watcher.stalls), "killed": killed, "ranks": watcher.rank_table(time.monotonic()),
+            "verdict": watcher.stalls[-1]["verdict"] if watcher.stalls else None, "report": None}
+
+
+class _AttachedWatcher(Watcher):
+    """An attached job's dumps go under its log directory, and the whole directory is analyzed."""
+
+    def analyzed_dir(self) -> Path:
+        return self.log_dir
+
+
+def _loop(watcher: Watcher, tree: Tree, finished: Callable[[], bool], tail: _Tail | None,
+          options: Options) -> tuple[str, dict | None]:
+    """Look every interval until the job ends or a stall's action ends the watch:
+    (how it ended: exited, killed, watching_stopped, interrupted; the kill's outcome)."""
+    last_scan = time.monotonic()
+    try:
+        while not finished():
+            started = time.monotonic()
+            if tail:
+                tail.poll()
+            doc = watcher.step()
+            if doc is not None:
+                if options.action == "kill":
+                    watcher.note(f"killing the job: SIGTERM, SIGKILL after {options.grace_s:g} s")
+                    watcher.emit(doc)
+                    t_kill = time.monotonic()
+                    survivors = stop(tree, options.grace_s)
+                    doc["killed"] = {"pids": sorted(tree.seen), "survivors": survivors,
+                                     "seconds": round(time.monotonic() - t_kill, 1)}
+                    if tail:
+                        tail.poll()
+                    return "killed", doc["killed"]
+                watcher.emit(doc)
+                if options.action == "dump":
+                    return "watching_stopped", None
+            if started - last_scan >= RANK_RESCAN_S:  # processes that came and left between kills' scans
+                tree.scan()
+                last_scan = started
+            time.sleep(max(0.0, options.interval_s - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        return "interrupted", None
+    return "exited", None
+
+
+class _Tail:
+    """The console file's new bytes, passed to ``echo`` (the job writes the file itself)."""
+
+    def __init__(self, path: Path, echo: Callable[[bytes], None] | None):
+        self.path, self.echo, self.offset = path, echo, 0
+
+    def poll(self) -> None:
+        if self.echo is None:
+            return
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        if data:
+            try:
+                self.echo(data)
+            except (OSError, ValueError):
+                self.echo = None
+
+
+def _new_dir(out: Path | None, stem: str) -> Path:
+    out = Path(out) if out else Path.cwd() / datetime.now().strftime(f"{stem}-%Y%m%d-%H%M%S")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise PostmortemError(f"{out} already exists and is not empty; give --out a new directory.")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PostmortemError(f"Cannot create {out}: {exc.strerror}.") from exc
+    return out.resolve()
+
+
+def describe_stall(doc: dict) -> str:
+    """A stall's verdict in a few lines: culprit, its wait, the user line, how long, time left."""
+    v = doc["verdict"]
+    lines = [(f"stalled {doc['stalled_s']:g} s (since {doc['stalled_since']}): rank(s) "
+              f"{rank_ranges(doc['stalled_ranks'])} made no progress")]
+    if v.get("signature"):
+        lines.append(f"verdict: {v['signature']} — culprit rank(s) {rank_ranges(v.get('culprit_ranks') or []) or '?'}")
+    else:
+        lines.append(f"verdict: {v.get('summary') or 'no finding'}")
+    for rank, frame in doc["culprit_innermost"].items():
+        lines.append(f"rank {rank} waits in {frame}")
+    if v.get("user_line"):
+        lines.append(f"user line: {v['user_line']}")
+    if v.get("summary") and v.get("signature"):
+        lines.append(v["summary"])
+    if doc["timeout_s"]:
+        lines.append(f"collective timeout {doc['timeout_s']:g} s: fires at {doc['timeout_at']} "
+                     f"(in {doc['timeout_left_s']:g} s)")
+    else:
+        lines.append("collective timeout: not in the logs (gloo does not print it)")
+    lines.append(f"run {doc['run_id']} (label watch) — action: {doc['action_taken']}")
+    return "\n".join(lines)
+
+
+def describe_end(final: dict) -> str:
+    how = {"exited": f"the job exited with code {final['exit_code']}" if final["command"] else "the job's ranks exited",
+           "killed": "the job was killed", "watching_stopped": "watch stopped (the job is left running)",
+           "interrupted": "watch was interrupted"}[final["ended"]]
+    return f"{how} after {final['seconds']:g} s; {final['stalls']} stall(s) seen"
+
+
+def to_json(doc: dict) -> str:
+    return json.dumps(doc, default=str)
+
