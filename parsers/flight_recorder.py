@@ -127,6 +127,20 @@ def _groups(dump: dict) -> dict[str, dict]:
     return groups
 
 
+def _named_in_entries(entries: list, groups: dict[str, dict]) -> dict[str, dict]:
+    """The groups with the desc each entry's ``process_group`` (name, desc) gives, where
+    pg_config has none: gloo's recorder fills no pg_config (``{'': {'name': '', 'desc': ''}}``),
+    yet its entries say ``('1', 'grads')`` for a group made with ``new_group(group_desc="grads")``."""
+    named = dict(groups)
+    for e in entries:
+        pg = e.get("process_group") if isinstance(e, dict) else None
+        if isinstance(pg, (list, tuple)) and len(pg) == 2 and isinstance(pg[1], str) and pg[1]:
+            name = str(pg[0])
+            if not (named.get(name) or {}).get("desc"):
+                named[name] = {"desc": pg[1], "ranks": (named.get(name) or {}).get("ranks")}
+    return named
+
+
 def dump_rank(dump: dict, groups: dict[str, dict]) -> int | None:
     """The rank a dump speaks for, from its contents: the one rank all its groups share."""
     rank = _int(dump.get("rank"))
@@ -315,6 +329,7 @@ def read(source: Source) -> Read:
     if rank is None:
         source.notes.append("no rank in the file name, and pg_config does not single one out")
     entries = _listed(dump.get("entries"))
+    groups = _named_in_entries(entries, groups)
     columns = _entry_columns(entries, rank, source.name)
     status = _pg_status(dump)
     return Read(columns, _rank_status(status, columns, rank, source),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from postmortem import api
-from postmortem.checks.collective_hang import _peer
+from postmortem.checks.collective_hang import _peer, find_cycle
 from postmortem.checks.timeout_misconfigured import what_it_was_doing
 
 
@@ -69,3 +69,29 @@ def test_a_pipeline_stage_that_skipped_a_send_is_named_not_the_ranks_waiting_on_
 ])
 def test_a_calls_peer_is_read_from_its_source_text_without_running_it(expr, rank, peer):
     assert _peer(expr, rank) == peer
+
+
+def test_two_groups_taken_in_different_orders_are_reported_as_a_cycle_naming_the_rank_that_reordered(sample):
+    # rank 0 waits in grads' all-reduce, rank 1 in metrics': each for the other. The stall
+    # watchdog's flight-recorder dumps name the groups; rank 1's own history issues grads there
+    v = verdict(sample, "two_group_cycle")
+    assert v["signature"] == "collective-hang" and v["culprit_ranks"] == [1]
+    assert "wait cycle" in v["summary"] and "(grads)" in v["summary"] and "(metrics)" in v["summary"]
+    assert "train.py:722" in v["summary"] and v["user_line"].endswith("train.py:719")
+
+
+def test_a_cycle_seen_only_in_stack_dumps_names_every_rank_in_it(sample, tmp_path):
+    # the same run without its flight-recorder dumps: py-spy gives the call sites, not the
+    # groups or the order, so no rank is singled out
+    import shutil
+    run = tmp_path / "two_group_cycle"
+    shutil.copytree(sample("two_group_cycle"), run, ignore=shutil.ignore_patterns("nccl_trace_rank_*"))
+    v = api.analyze(run, keep=False)["verdict"]
+    assert v["signature"] == "collective-hang" and v["culprit_ranks"] == [0, 1]
+
+
+def test_find_cycle_returns_the_cycle_from_its_lowest_rank_and_nothing_for_a_chain():
+    edges = {3: [(1, "metrics")], 1: [(3, "grads")], 0: [(1, "grads")], 2: [(1, "grads")]}
+    assert find_cycle(edges) == [(1, "grads"), (3, "metrics")]
+    assert find_cycle({0: [(1, "g")], 2: [(1, "g")]}) == []
+    assert find_cycle({0: [(1, "a")], 1: [(2, "b")], 2: [(0, "c")]}) == [(0, "a"), (1, "b"), (2, "c")]

@@ -170,6 +170,11 @@ def _groups(con, run_id) -> tuple[dict[str, set[int]], dict[str, str]]:
     return members, descs
 
 
+def group_descs(con, run_id) -> dict[str, str]:
+    """Process group -> the desc its records give ("grads" for ``new_group(group_desc="grads")``)."""
+    return _groups(con, run_id)[1]
+
+
 def _all_ranks(con, run_id) -> set[int]:
     ranks = {r[0] for r in con.execute(
         """SELECT DISTINCT rank FROM (SELECT rank FROM files WHERE run_id = $1 UNION ALL

@@ -340,6 +340,131 @@ def _crossed(stacks: dict[int, dict], waiting: list[int], stopped) -> list[dict]
              "waiting": rank_ranges(waiting), "confidence": 0.5} for rank in waiting]
 
 
+def _wait_for(found: list[alignment.Disagreement]) -> dict[int, list[tuple[int, alignment.Disagreement]]]:
+    """The wait-for graph of the recorded collectives: an edge r -> s, labelled with the
+    disagreement, when r waits in a collective of a group that s never issued."""
+    edges: dict[int, list[tuple[int, alignment.Disagreement]]] = {}
+    for d in found:
+        for waiter in d.others:
+            edges.setdefault(waiter, []).extend((c, d) for c in d.culprits if c != waiter)
+    return edges
+
+
+def find_cycle(edges: dict[int, list[tuple[int, object]]]) -> list[tuple[int, object]]:
+    """One cycle of the graph as [(rank, label of its edge to the next rank), ...], lowest rank
+    first; [] when it has none. Iterative depth-first search: a job has thousands of ranks."""
+    done: set[int] = set()
+    for start in sorted(edges):
+        if start in done:
+            continue
+        path, on_path, todo = [], {}, [(start, iter(edges.get(start, [])))]
+        on_path[start] = 0
+        while todo:
+            node, out = todo[-1]
+            step = next(out, None)
+            if step is None:
+                todo.pop()
+                on_path.pop(node, None)
+                done.add(node)
+                if path:
+                    path.pop()
+                continue
+            peer, label = step
+            if peer in on_path:
+                cycle = (path + [(node, label)])[on_path[peer]:]
+                low = min(range(len(cycle)), key=lambda i: cycle[i][0])
+                return cycle[low:] + cycle[:low]
+            if peer not in done:
+                path.append((node, label))
+                on_path[peer] = len(path)
+                todo.append((peer, iter(edges.get(peer, []))))
+    return []
+
+
+def _order_keys(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, list[tuple]]:
+    """Each rank's recorded collectives over all its groups, in the order it issued them (its
+    dump's entry order): (position, group, op family, elements in)."""
+    rows = con.execute(
+        "SELECT rank, line_no, pg, op, numel_in FROM collectives WHERE run_id = ? AND source = 'flight_recorder' "
+        "AND rank IS NOT NULL AND line_no IS NOT NULL ORDER BY rank, file, line_no", [run_id]).fetchall()
+    out: dict[int, list[tuple]] = {}
+    for rank, position, pg, op, numel in rows:
+        out.setdefault(rank, []).append((position, pg, alignment.op_family(op), numel))
+    return out
+
+
+def _left_the_order(order: list[tuple], call: alignment.Call | None) -> tuple | None:
+    """What the rank's own history issues next where it stands (the last time its recent calls
+    were the same), when its waiting call is something else: it took its groups in another order."""
+    if call is None or call.line is None:
+        return None
+    history = [k[1:] for k in order if k[0] < call.line]
+    mine = next((k[1:] for k in order if k[0] == call.line), None)
+    usual = alignment.expected_next(history)
+    return usual if usual is not None and mine is not None and usual != mine else None
+
+
+def _group_name(pg: str | None, descs: dict[str, str]) -> str:
+    return f"process group {pg}" + (f" ({descs[pg]})" if pg in descs else "")
+
+
+def _cycle(con: duckdb.DuckDBPyConnection, run_id: str, waits: list[alignment.Disagreement],
+           crashed: set[int]) -> list[dict]:
+    """Ranks that wait in collectives of different groups, each for a rank that waits in the
+    other's group: a cycle (two groups taken in different orders). The cycle's ranks, groups
+    and call sites are named; the culprit is the rank whose waiting call is not what its own
+    history issues at that point (it took the groups in the other order), when the records
+    single it out, else every rank of the cycle."""
+    cycle = find_cycle(_wait_for([d for d in waits if not set(d.culprits) & crashed]))
+    if not cycle:
+        return []
+    sites = alignment.call_sites(con, run_id)
+    stacks = stack_positions(con, run_id)
+    orders = _order_keys(con, run_id)
+    links = []
+    for (rank, d), (peer, _) in zip(cycle, cycle[1:] + cycle[:1]):
+        call = d.calls.get(rank)
+        site = alignment.site_of(sites, call) or (stacks.get(rank) or {}).get("user_line") or "an unknown call site"
+        links.append({"rank": rank, "peer": peer, "d": d, "call": call, "site": site,
+                      "usual": _left_the_order(orders.get(rank, []), call)})
+    descs = alignment.group_descs(con, run_id)
+    left = [x for x in links if x["usual"] is not None]
+    culprits = left if left and len(left) < len(links) else links
+    groups = {x["d"].pg: x["d"].group for x in links}
+    ranks = sorted({r for x in links for r in (*x["d"].others, *x["d"].culprits)})
+    chain = "; ".join(f"rank {x['rank']} waits in {x['d'].op or 'a collective'} sequence {x['d'].seq} of "
+                      f"{x['d'].group} at {x['site']} for rank {x['peer']}" for x in links)
+    headline = (f"a wait cycle across {len(groups)} process groups ({', '.join(groups.values())}): ranks "
+                f"{rank_ranges(ranks)} wait for each other in collectives of different groups ({chain})")
+    if culprits is left:
+        where = "; ".join(
+            f"rank {x['rank']} took the groups in another order: at that point its own history (every step "
+            f"before) issues {x['usual'][1] or 'a collective'} on {_group_name(x['usual'][0], descs)} next, it issued "
+            f"{x['d'].op or 'a collective'} on {x['d'].group} at {x['site']}" for x in left)
+    else:
+        where = ("every rank of the cycle issued what its own history issues next, so which one took the other "
+                 "order is not told: make every rank call the groups' collectives in one order")
+    out = []
+    for x in culprits:
+        pos = stacks.get(x["rank"]) or {}
+        call = x["call"]
+        out.append({"rank": x["rank"], "ts": call.ts if call else None, "file": call.file if call else pos.get("file"),
+                    "line": call.line if call else None, "culprit": True, "case": "cycle",
+                    "text": f"rank {x['rank']}: {call.describe() if call else 'a collective'} sequence "
+                            f"{x['d'].seq} on {x['d'].group}, waiting for rank {x['peer']}, at {x['site']}",
+                    "headline": headline, "where": where, "user_line": x["site"],
+                    "waiting": rank_ranges(ranks), "groups": "; ".join(groups.values()),
+                    "confidence": 0.85 if culprits is left else 0.6})
+    for x in links:
+        if x not in culprits:
+            call = x["call"]
+            out.append({"rank": x["rank"], "ts": call.ts if call else None, "file": call.file if call else None,
+                        "line": call.line if call else None, "culprit": False,
+                        "text": f"rank {x['rank']}: {call.describe() if call else 'a collective'} sequence "
+                                f"{x['d'].seq} on {x['d'].group}, waiting for rank {x['peer']}, at {x['site']}"})
+    return out
+
+
 def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     everything = alignment.analyze(con, run_id)
     # The first disagreement in a group is the root: ranks that part ways at sequence 2 (a
@@ -354,6 +479,9 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     found = [d for d in found if d.culprits]
     if found:
         return _aligned(con, run_id, found)
+    cycle = _cycle(con, run_id, [d for d in everything if d.kind == "never_enqueued_waiting_elsewhere"], crashed)
+    if cycle:
+        return cycle
     analyzed = (_from_analyzer(con, run_id, crashed) or _point_to_point(con, run_id, crashed)
                 or _store_barrier(con, run_id, crashed) or _nccl_ras(con, run_id, crashed))
     if analyzed:

@@ -205,11 +205,12 @@ SCENARIOS = {
     ),
     "two_group_cycle": dict(
         steps=10, hang=True, pyspy=True, kill_after_s=25,
-        planted="two process groups over both ranks (dist.new_group twice: \"grads\" and "
-                "\"metrics\"), one all-reduce on each every step (sync_stats, grads first); at "
+        planted="two process groups over both ranks (dist.new_group twice, group_desc \"grads\" "
+                "and \"metrics\"), one all-reduce on each every step (sync_stats, grads first); at "
                 "step 4 rank 1 takes the metrics all-reduce first: each rank waits in the group "
                 "the other has not reached; torch's default collective timeout (30 min), so "
-                "nothing times out: the job is SIGKILLed at a deadline",
+                "nothing times out: a stall watchdog thread of each rank dumps the flight recorder "
+                "after 5 s without a step, and the job is SIGKILLed at a deadline",
         signatures=["collective-hang"], root_cause="collective-hang", culprit_ranks=[1],
     ),
     "silent_hang_killed": dict(
@@ -558,12 +559,16 @@ NOTES = {
         "As planned. py-spy (10 s in) shows rank 0 in sync_stats' dist.all_reduce on the "
         "\"grads\" group (train.py:722, the else branch) and rank 1 in its all-reduce on the "
         "\"metrics\" group (train.py:719, user_line), both under before_train_step at step 4: "
-        "a cycle, each waits in the group the other has not reached. The group is not in any "
-        "log, only in the source lines py-spy names. Nothing else happens: torch's default "
-        "30-minute timeout, so no error, no traceback, no failure table, no error.json; the "
-        "console and per-rank logs end at 'step 3 loss'. generate.py SIGKILLs torchrun and both "
-        "workers 25 s after step 3 was logged (the job's deadline), so no rank dumps the flight "
-        "recorder.",
+        "a cycle, each waits in the group the other has not reached. Nothing times out "
+        "(torch's default 30-minute timeout): no traceback, no failure table, no error.json. "
+        "5 s into the stall each rank's watchdog thread (dump_when_stalled) dumps the flight "
+        "recorder (nccl_trace_rank_<r>, the console's last line per rank): its entries name "
+        "each group (process_group ('1', 'grads'), ('2', 'metrics')), and rank 0's last entry "
+        "is grads sequence 5, rank 1's metrics sequence 5. culprit_ranks is [1] because the "
+        "records single it out: in every earlier step both ranks issued grads right after the "
+        "DDP all-reduces, and rank 0 does so again; rank 1 issued metrics there, against its "
+        "own history (with two ranks no majority could tell). generate.py SIGKILLs torchrun "
+        "and both workers 25 s after step 3 was logged (the job's deadline).",
     "silent_hang_killed":
         "As planned. py-spy (10 s in) shows rank 1 in Event.wait under wait_for_metrics_upload "
         "(user_line) and rank 0 in loss.backward() (train_step, the DDP gradient all-reduce). "

@@ -694,25 +694,25 @@ def pipeline_main(args, rank, world, device):
 
 
 # ---- two_group_cycle: two process groups over every rank, one all-reduce on each per step.
-
 STAT_GROUPS = {}
 
 
 def stat_groups(world):
-    """The "grads" and "metrics" groups, made once, by every rank in the same order."""
+    """The "grads" and "metrics" groups (so named in the flight recorder), made once, in the same
+    order by every rank; the stall watchdog (dump_when_stalled) starts with them."""
     if not STAT_GROUPS:
-        STAT_GROUPS["grads"] = dist.new_group(ranks=list(range(world)))
-        STAT_GROUPS["metrics"] = dist.new_group(ranks=list(range(world)))
+        STAT_GROUPS.update(grads=dist.new_group(list(range(world)), group_desc="grads"),
+                           metrics=dist.new_group(list(range(world)), group_desc="metrics"), calls=[])
+        threading.Thread(target=dump_when_stalled, name="stall-watchdog", daemon=True).start()
+    STAT_GROUPS["calls"].append(time.monotonic())
     return STAT_GROUPS["grads"], STAT_GROUPS["metrics"]
 
 
 def sync_stats(step, rank, world, model):
     """Every step: all-reduce the gradient norm on "grads", then the metrics on "metrics"."""
     grads, metrics = stat_groups(world)
-    sq_norm = torch.zeros(1)
-    for p in model.parameters():
-        if p.grad is not None:
-            sq_norm += p.grad.detach().float().pow(2).sum().cpu()
+    sq_norm = sum((p.grad.detach().float().pow(2).sum().cpu() for p in model.parameters()
+                   if p.grad is not None), torch.zeros(1))
     metrics_t = torch.tensor([float(step), 1.0, sq_norm.item(), 0.0])
     if rank == 1 and step == FAIL_STEP:
         # PLANTED(two_group_cycle): rank 1 takes the metrics all-reduce first, rank 0 the grads one
@@ -813,6 +813,18 @@ def maybe_compile_eval_tower(step, rank, device):
         # PLANTED(cold_cache_compile_timeout): the first call compiles it: dynamo + inductor, cold
         tower(torch.randn(64, 256, device=device))
     log.info("eval tower compiled in %.1f s", time.perf_counter() - t0)
+
+
+# ---- two_group_cycle's stall watchdog (here at the end, so that no line above moves)
+
+def dump_when_stalled(stall_s=5.0):
+    """A stall watchdog, as a job with no collective timeout keeps one: once steps run (two
+    sync_stats calls), when none has come for stall_s seconds, dump the flight recorder and stop.
+    The main thread waits in a collective it cannot leave, so only another thread can dump."""
+    calls = STAT_GROUPS["calls"]
+    while len(calls) < 2 or time.monotonic() - calls[-1] < stall_s:
+        time.sleep(0.5)
+    dump_flight_recorder(f"no step for {stall_s:.0f} s (stall watchdog)")
 
 
 if __name__ == "__main__":
