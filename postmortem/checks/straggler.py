@@ -7,6 +7,11 @@ wait for the last one to arrive plus the transfer: the rank that arrives last wa
 In each step the rank with the least collective time is the one the others waited on; a
 straggler is the same rank in most steps, with the others waiting a large share of the
 step for it.
+
+Without traces, a framework's own per-rank timing report (the ``rank_time`` events of
+parsers/ranktime.py: a list of one measure per rank, or one rank's time against the median
+rank's) says the same in numbers: a rank whose time is at least ``MIN_RATIO`` times the median
+rank's, by at least ``MIN_WAIT_US``, in most of the reports that have a slow rank, set the pace.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ MIN_SHARE = 0.25  # the others' median extra wait, as a share of the step
 MIN_WAIT_US = 10_000.0  # below this per step it is jitter, not a rank that sets the pace
 MIN_AGREEMENT = 0.66  # share of steps in which the same rank arrived last
 MIN_STEPS = 2
+MIN_RATIO = 1.5  # a reported rank's time against the median rank's: below this it is spread, not a straggler
+MIN_REPORT_RANKS = 3  # a list needs this many ranks for its median to say what is usual
 
 
 def _steps(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, dict[int, dict]]:
@@ -46,10 +53,53 @@ def _ms(us: float) -> str:
     return f"{us / 1000:,.1f}"
 
 
+def _reports(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, list[dict]]:
+    """report -> its per-rank times, in line order."""
+    out: dict[str, list[dict]] = {}
+    for ts, file, line, message, attrs in con.execute(
+            "SELECT ts, file, line_no, message, attrs FROM events WHERE run_id = ? AND kind = 'rank_time' "
+            "ORDER BY file, line_no", [run_id]).fetchall():
+        a = json.loads(attrs)
+        out.setdefault(a["report"], []).append({**a, "ts": ts, "file": file, "line": line, "text": message})
+    return out
+
+
+def _slow_in(report: list[dict]) -> tuple[dict, float] | None:
+    """The rank that set this report's pace, and the usual (median) time it is measured against."""
+    if report[0].get("median_ms") is not None:
+        slow, usual = report[0], report[0]["median_ms"]
+    else:
+        if len({r["subject_rank"] for r in report}) < MIN_REPORT_RANKS:
+            return None
+        slow = max(report, key=lambda r: r["ms"])
+        usual = median(r["ms"] for r in report if r is not slow)
+    excess_us = (slow["ms"] - usual) * 1000
+    if usual <= 0 or slow["ms"] / usual < MIN_RATIO or excess_us < MIN_WAIT_US:
+        return None
+    return slow, usual
+
+
+def _from_reports(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    reports = _reports(con, run_id)
+    slow = [s for s in map(_slow_in, reports.values()) if s]
+    if not slow:
+        return []
+    counts = Counter(s["subject_rank"] for s, _ in slow)
+    culprit, count = counts.most_common(1)[0]
+    if count / len(slow) < MIN_AGREEMENT:
+        return []
+    first, usual = next((s, u) for s, u in slow if s["subject_rank"] == culprit)
+    detail = (f"its time was {first['ms']:,.1f} ms against the median rank's {usual:,.1f} ms "
+              f"({first['ms'] / usual:.1f}x), slowest in {count} of {len(reports)} per-rank timing report(s)")
+    return [{"rank": culprit, "ts": first["ts"], "file": first["file"], "line": first["line"], "culprit": True,
+             "text": first["text"], "detail": detail,
+             "confidence": round(min(0.8, 0.5 + 0.3 * count / len(reports)), 2)}]
+
+
 def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     steps = {n: ranks for n, ranks in _steps(con, run_id).items() if len(ranks) >= 2}
     if not steps:
-        return []
+        return _from_reports(con, run_id)
     last_in: Counter = Counter()
     waits: dict[int, list[float]] = {}
     for ranks in steps.values():
@@ -94,6 +144,9 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         "wait_ms": _ms(wait), "share_pct": f"{100 * share:.0f}", "step_ms": _ms(step_us), "what": what,
         "steps": len(steps), "agreement": f"{count} of {len(steps)}", "others": ", ".join(map(str, others)),
         "first_step": first, "last_step": last,
+        "detail": (f"over ProfilerStep#{first}..#{last} it arrived last at the collectives in {count} of "
+                   f"{len(steps)} steps, and rank(s) {', '.join(map(str, others))} waited a median {_ms(wait)} ms "
+                   f"per step in {what} for it ({100 * share:.0f}% of a {_ms(step_us)} ms step)"),
         "confidence": round(min(0.9, 0.6 + 0.3 * agreement * min(share / 0.5, 1.0)), 2),
     }]
     for r in others:
