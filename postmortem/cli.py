@@ -130,7 +130,8 @@ def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
 
 @app.command()
 def analyze(
-    directory: Path = typer.Argument(..., help="The job's log directory (every rank's logs, dumps, traces)."),
+    directory: Optional[Path] = typer.Argument(None, help="The job's log directory (every rank's logs, dumps, "
+                                               "traces); or --parquet ROOT --job ID for a multi-node job."),
     fmt: str = typer.Option("rich", "--format", "-f", help="rich, text, json or markdown."),
     fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 if a finding is at least this severe."),
     db: Optional[Path] = DbOption,
@@ -144,6 +145,11 @@ def analyze(
     quiet: bool = QuietOption,
     fresh: bool = typer.Option(False, "--fresh", help="Analyze again even if the history has this directory, "
                                "unchanged, from this same postmortem."),
+    parquet: Optional[Path] = typer.Option(None, "--parquet", help="A multi-node job: the Parquet tree its nodes "
+                                           "ingested into (with --job)."),
+    job: Optional[str] = typer.Option(None, "--job", help="The job id the nodes ingested under (with --parquet)."),
+    nodes: Optional[str] = typer.Option(None, "--nodes", help="The job's nodes (a Slurm host list: gpu-[00-07]); "
+                                        "one that did not ingest is named. Default: the nodes' SLURM_JOB_NODELIST."),
 ) -> None:
     """Analyze a job's logs and print the verdict.
 
@@ -152,10 +158,13 @@ def analyze(
 
     Example:  postmortem analyze ./job-logs/ --format json --quiet > verdict.json
     Example:  postmortem analyze ./job-logs/ --html report.html
+    Example:  postmortem analyze --parquet /shared/pm/ --job 4711 --format json   (every node ran ingest --job 4711)
     """
     _check_format(fmt, ("rich", "text", "json", "markdown"))
     if fail_on not in catalog.SEVERITIES:
         _fail(PostmortemError(f"--fail-on must be one of {', '.join(catalog.SEVERITIES)}."))
+    if parquet is not None or job is not None or directory is None:
+        _analyze_job(directory, parquet, job, nodes, fmt, fail_on, db, no_history, extra, html)
     bar, update = _progress(quiet)
     options = dict(db=db, keep=not no_history, signatures=extra, fail_on=fail_on,
                    limits=_limits(max_files, max_bytes), labels=_labels(label, scheduler_env),
@@ -181,6 +190,23 @@ def analyze(
     raise typer.Exit(api.exit_status([f["severity"] for f in rep["findings"]], fail_on))
 
 
+def _analyze_job(directory, parquet, job, nodes, fmt, fail_on, db, no_history, extra, html) -> None:
+    """analyze --parquet ROOT --job ID: the report of every node's rows of the job; exits."""
+    if directory is not None or parquet is None or job is None:
+        _fail(PostmortemError("analyze takes a log directory, or --parquet ROOT --job ID (a multi-node job)."))
+    try:
+        from .job import expand_nodelist
+
+        rep = api.analyze_job(parquet, job, db=db, keep=not no_history, signatures=extra, fail_on=fail_on,
+                              nodes=expand_nodelist(nodes) if nodes else None, with_series=html is not None)
+    except PostmortemError as exc:
+        _fail(exc)
+    _write_html(rep, html)
+    rep.pop("series", None)
+    _emit(rep, fmt)
+    raise typer.Exit(api.exit_status([f["severity"] for f in rep["findings"]], fail_on))
+
+
 @app.command()
 def ingest(
     directory: Path = typer.Argument(..., help="The job's log directory."),
@@ -193,13 +219,23 @@ def ingest(
         None, "--parquet", help="Also write the run as hive-partitioned Parquet under this directory."),
     no_history: bool = typer.Option(False, "--no-history", help="Don't record the run in the history database."),
     quiet: bool = QuietOption,
+    job: Optional[str] = typer.Option(None, "--job", help="This node's logs are part of job ID: written under "
+                                      "--parquet as the node's partition (job=ID/node=NAME/), replacing an earlier "
+                                      "ingest of the node. Default with --scheduler-env: SLURM_JOB_ID, the PyTorchJob."),
+    node: Optional[str] = typer.Option(None, "--node", help="This node's name in the job (default: SLURMD_NODENAME "
+                                       "with --scheduler-env, else the host name)."),
 ) -> None:
     """Parse a job's logs into the history database without printing a verdict.
 
     Example:  postmortem ingest ./job-logs/ && postmortem sql "select kind, count(*) from files group by kind"
-    Example:  postmortem ingest ./job-logs/ --parquet /shared/postmortem/ --no-history   (in a node's epilog)
+    Example:  postmortem ingest /local/logs/$SLURM_JOB_ID --parquet /shared/pm/ --scheduler-env --no-history
+              (in every node's epilog; then: postmortem analyze --parquet /shared/pm/ --job $SLURM_JOB_ID)
     """
     bar, update = _progress(quiet)
+    if job is not None or node is not None or (parquet is not None and scheduler_env):
+        _ingest_node(directory, parquet, job, node, db, no_history, _labels(label, scheduler_env),
+                     _limits(max_files, max_bytes))
+        return
     try:
         options = dict(db=db, limits=_limits(max_files, max_bytes), labels=_labels(label, scheduler_env),
                        parquet=parquet, keep=not no_history)
@@ -211,6 +247,18 @@ def ingest(
     except PostmortemError as exc:
         _fail(exc)
     out.print(f"{run_id}: {len(found.sources)} files read, {len(found.skipped)} skipped")
+
+
+def _ingest_node(directory, parquet, job, node, db, no_history, labels, limits) -> None:
+    if parquet is None:
+        _fail(PostmortemError("--job and --node write this node's rows into a shared Parquet tree: give --parquet ROOT."))
+    try:
+        run_id, job, node, written = api.ingest_node(directory, parquet, job, node, db=db, keep=not no_history,
+                                                     labels=labels, limits=limits)
+    except PostmortemError as exc:
+        _fail(exc)
+    out.print(Text(f"{run_id}: node {node} of job {job}: {sum(written.values())} rows written under {parquet} "
+                   f"(files: {written.get('files', 0)})"))
 
 
 @app.command()
@@ -490,6 +538,7 @@ def rerun(
 
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
 def watch(
+    ctx: typer.Context,
     target: Optional[list[str]] = typer.Argument(
         None, help="The job's command after -- (watch starts it), or the log directory of a running job (attach)."),
     stall: float = typer.Option(60.0, "--stall", help="Seconds without progress on a rank that make a stall."),
@@ -524,6 +573,12 @@ def watch(
     Exit codes: 0 the job ended with no stall, 1 a stall's finding (or a failed job), 2 bad input.
     With -f json, stdout holds one postmortem.watch/1 document per line: one per stall, then the end.
     """
+    target = target or []
+    if len(target) > 1 and target[1].startswith("-") and Path(target[0]).is_dir():
+        # `watch DIR --stall 10`: everything after the first word is kept for a command, but after
+        # a directory these are watch's own options; parse them again with the directory last.
+        with ctx.command.make_context(ctx.info_name, [*target[1:], target[0]], parent=ctx.parent) as again:
+            return ctx.command.invoke(again)
     _check_format(fmt, ("rich", "text", "json"))
     from . import watch as watching
 
@@ -548,7 +603,6 @@ def watch(
         else:
             out.print(Text(watching.describe_stall(doc), style="bold"), soft_wrap=True)
 
-    target = target or []
     try:
         given = [int(p) for item in pids for p in item.split(",") if p.strip()]
     except ValueError:

@@ -497,7 +497,7 @@ class Watcher:
             "timeout_left_s": round(timeout_s - stalled_s, 1) if timeout_s else None,
             "evidence": {"pyspy": dumps, "flight_recorder_pipes": asked},
             "verdict": report["verdict"], "culprit_innermost": culprit_frames(report["verdict"], dumps),
-            "action_taken": self.options.action, "killed": None, "report": report,
+            "action_taken": self.options.action, "killed": None, "pids": sorted(self.tree.alive()), "report": report,
         }
         self.stalls.append(doc)
         return doc
@@ -522,8 +522,9 @@ def watch_command(argv: list[str], options: Options, out: Path | None = None,
     """Start ``argv`` with rerun's instruments and watch it until it exits, or until a stall's
     action (dump, kill) ends the watch. Returns the final document."""
     check_options(options)
-    if "/" not in argv[0] and shutil.which(argv[0]) is None:
-        raise PostmortemError(f"No such command: {argv[0]} (not on PATH).")
+    if shutil.which(argv[0]) is None:  # before anything is created
+        where = "not on PATH" if "/" not in argv[0] else "no executable file there"
+        raise PostmortemError(f"No such command: {argv[0]} ({where}).")
     out = _new_dir(out, "postmortem-watch")
     token = secrets.token_hex(8)
     env, chosen = rerun.instrument_env(out, os.environ, token=token)

@@ -1,0 +1,221 @@
+"""`postmortem watch`: real torchrun + gloo jobs (CPU) watched live, started by watch or attached to.
+
+The job is tests/fixtures/watch_job.py: rank 2 blocks forever on a threading.Event at step 5
+under a 10-minute process-group timeout, or (healthy) every rank finishes its steps with uneven
+step times. The timing bound is the issue's: the verdict within 45 s of the block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from postmortem import api, watch
+from postmortem.cli import app
+
+FIXTURE = Path(__file__).parent / "fixtures" / "watch_job.py"
+GRACE_S = 3
+JOB_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _job_script(tmp_path: Path) -> Path:
+    """The fixture under a path of this test's own, so the job's processes can be told apart."""
+    path = tmp_path / "watch_job.py"
+    shutil.copy(FIXTURE, path)
+    return path
+
+
+def _blocking_line(script: Path) -> str:
+    """file:line of the wait nothing ends (the line the verdict must name)."""
+    number = next(i for i, line in enumerate(script.read_text().splitlines(), 1) if "done.wait()" in line)
+    return f"{script.name}:{number}"
+
+
+def _torchrun(nproc: int, script: Path, *args: str, launcher: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
+            *launcher, str(script), *args]
+
+
+def _watch(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "postmortem", "watch", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=JOB_ENV, text=True)
+
+
+def _documents(proc: subprocess.Popen) -> list[tuple[float, dict]]:
+    """Each JSON line watch prints, with the wall time it arrived."""
+    docs = []
+    for line in proc.stdout:
+        docs.append((time.time(), json.loads(line)))
+    return docs
+
+
+def _processes_running(script: Path) -> list[int]:
+    """Live processes whose command line names the job's script: torchrun and its workers."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read()
+            with open(f"/proc/{name}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(script).encode() in argv and state not in ("Z", "X"):
+            found.append(int(name))
+    return found
+
+
+def _blocked_at(log_root: Path) -> float:
+    """The wall time rank 2 logged just before it blocked."""
+    for path in log_root.rglob("attempt_0/2/stdout.log"):
+        m = re.search(r"blocking at step 5 at unix time (\d+\.\d+)", path.read_text())
+        if m:
+            return float(m[1])
+    raise AssertionError(f"rank 2 never logged its block under {log_root}")
+
+
+def _assert_hang_verdict(doc: dict, script: Path) -> None:
+    assert doc["schema"] == "postmortem.watch/1"
+    assert doc["verdict"]["signature"] == "collective-hang"
+    assert doc["verdict"]["culprit_ranks"] == [2]
+    assert doc["verdict"]["user_line"] == _blocking_line(script)
+    assert doc["culprit_innermost"]["2"].startswith("Condition.wait (threading.py")  # Event.wait's innermost
+    assert doc["stalled_s"] >= 10
+    assert 2 in doc["stalled_ranks"]
+    assert sorted(doc["evidence"]["pyspy"]) == ["0", "1", "2", "3"]  # every rank dumped
+
+
+def _assert_gone_within_grace(script: Path, pids: list[int], since: float) -> None:
+    deadline = since + GRACE_S + 5
+    while time.time() < deadline and (_processes_running(script) or any(_alive(p) for p in pids)):
+        time.sleep(0.2)
+    assert _processes_running(script) == []
+    assert [p for p in pids if _alive(p)] == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_started_job_names_the_blocked_rank_and_its_line_within_45s_and_kill_leaves_no_process(tmp_path):
+    script = _job_script(tmp_path)
+    out = tmp_path / "watch"
+    proc = _watch("--stall", "10", "-f", "json", "--action", "kill", "--grace", str(GRACE_S), "--db",
+                  str(tmp_path / "h.duckdb"), "--out", str(out), "--",
+                  *_torchrun(4, script, "--steps", "200", "--hang-rank", "2", "--hang-step", "5"))
+    docs = _documents(proc)
+    proc.wait(timeout=60)
+    arrived, stall = docs[0]
+    _assert_hang_verdict(stall, script)
+    assert arrived - _blocked_at(out / "logs") <= 45
+    assert stall["action_taken"] == "kill"
+    assert len(stall["pids"]) >= 5  # torchrun and its 4 workers
+    _assert_gone_within_grace(script, stall["pids"], arrived)
+    final = docs[-1][1]
+    assert final["ended"] == "killed" and final["killed"]["survivors"] == []
+    assert proc.returncode == 1
+    # The stall's analysis is a run in the history, labelled watch.
+    stored = api.show(stall["run_id"], db=tmp_path / "h.duckdb")
+    assert stored["job"]["labels"]["watch"] == "true"
+    assert stored["verdict"]["culprit_ranks"] == [2]
+
+
+def test_attached_by_log_directory_names_the_blocked_rank_and_kill_ends_the_job(tmp_path):
+    script = _job_script(tmp_path)
+    logs = tmp_path / "joblogs"
+    logs.mkdir()
+    job = subprocess.Popen(_torchrun(4, script, "--steps", "200", "--hang-rank", "2", "--hang-step", "5",
+                                     launcher=("--log-dir", str(logs), "--redirects", "3")),
+                           env=JOB_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        proc = _watch(str(logs), "--stall", "10", "-f", "json", "--action", "kill", "--grace", str(GRACE_S),
+                      "--no-history")
+        docs = _documents(proc)
+        proc.wait(timeout=60)
+        arrived, stall = docs[0]
+        _assert_hang_verdict(stall, script)
+        assert arrived - _blocked_at(logs) <= 45
+        assert job.pid in stall["pids"]  # torchrun's agent, found as the ranks' parent
+        assert job.wait(timeout=GRACE_S + 5) is not None
+        _assert_gone_within_grace(script, stall["pids"], arrived)
+        assert (logs / "postmortem-watch" / "pyspy" / "rank2.txt").is_file()
+        assert proc.returncode == 1
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+
+
+def test_healthy_eight_rank_job_with_uneven_steps_exits_0_with_no_verdict(tmp_path):
+    script = _job_script(tmp_path)
+    proc = _watch("--stall", "10", "-f", "json", "--action", "kill", "--no-history", "--out", str(tmp_path / "w"),
+                  "--", *_torchrun(8, script, "--steps", "25"))
+    docs = _documents(proc)
+    proc.wait(timeout=60)
+    assert len(docs) == 1, [d["schema"] for _, d in docs]
+    final = docs[0][1]
+    assert final["stalls"] == 0 and final["verdict"] is None
+    assert final["ended"] == "exited" and final["exit_code"] == 0
+    assert sorted(final["ranks"]) == [str(r) for r in range(8)]
+    assert all(r["lines"] >= 25 for r in final["ranks"].values())  # every step's line was seen
+    assert proc.returncode == 0
+
+
+def test_read_new_reads_only_what_was_appended(tmp_path):
+    log = tmp_path / "stdout.log"
+    log.write_bytes(b"step 1\nstep 2\n")
+    count, offset, last = watch.read_new(log, 0)
+    assert (count, offset, last) == (2, 14, "step 2")
+    assert watch.read_new(log, offset) == (0, 14, "")
+    with open(log, "ab") as f:
+        f.write(b"step 3\npartial")
+    assert watch.read_new(log, offset) == (1, 28, "step 3")
+
+
+def test_a_rank_computing_without_logging_progresses_and_a_sleeping_one_freezes(tmp_path):
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ranks = {0: watch.RankProgress(0, busy.pid), 1: watch.RankProgress(1, idle.pid)}
+        start = time.monotonic()
+        for p in ranks.values():
+            watch.look(p, start, time.time(), 1.0, None)
+        ranks[0].progressed_at = ranks[1].progressed_at = start - 100  # both last seen long ago
+        time.sleep(1.0)
+        now = time.monotonic()
+        for p in ranks.values():
+            watch.look(p, now, time.time(), 1.0, None)
+        assert watch.frozen(ranks, now, stall_s=10) == [1]
+    finally:
+        for p in (busy, idle):
+            p.kill()
+            p.wait()
+
+
+def test_bad_input_is_one_sentence_and_exit_2(tmp_path):
+    runner = CliRunner()
+    for args, words in ((["--action", "restart", "--", "true"], "--action must be one of"),
+                        (["--stall", "0", "--", "true"], "--stall and --interval must be positive"),
+                        ([str(tmp_path), "--pids", "x1"], "--pids takes process ids"),
+                        (["--", str(tmp_path / "no-such-job.sh")], "No such command"),
+                        ([], "Give the job's command after --")):
+        result = runner.invoke(app, ["watch", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert words in result.output
+        assert "Traceback" not in result.output
+    assert not any(tmp_path.iterdir())  # nothing was created for a command that does not exist
+
