@@ -107,7 +107,8 @@ def fold_keys(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         ),
         steps AS (SELECT rank, max(step) AS k FROM memory WHERE run_id = $1 GROUP BY rank),
         ends AS (
-            SELECT rank, string_agg(DISTINCT concat_ws('/', exit_code, signal, exception_type), ',') AS k
+            SELECT rank, string_agg(DISTINCT concat_ws('/', exit_code, signal, exception_type), ','
+                              ORDER BY concat_ws('/', exit_code, signal, exception_type)) AS k
             FROM failures WHERE run_id = $1 GROUP BY rank
         )
         SELECT rank, concat_ws(' | ', 'c=' || coalesce(coll.k, ''), 'd=' || coalesce(comp.k, ''),
@@ -159,6 +160,19 @@ def grid(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         ORDER BY o.pg, o.seq_id, o.rank""", [run_id])
 
 
+def recompiles_per_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    """Recompiles of each frame on the rank that recompiled it most: a compile id seen in both TORCH_LOGS
+    ([0/3]) and TORCH_TRACE ([0/3_1], its restart count appended) is one recompile, not two."""
+    return _rows(con, r"""
+        WITH per_rank AS (
+            SELECT coalesce(function, '?') AS function, coalesce(code_file, '?') || ':' || coalesce(code_line, 0) AS "where",
+                   rank, count(DISTINCT coalesce(regexp_replace(attempt, '_\d+$', ''), file || ':' || line_no)) AS recompiles
+            FROM compiles WHERE run_id = ? AND event = 'recompile' GROUP BY ALL
+        )
+        SELECT function, "where", max(recompiles) AS recompiles, list(rank ORDER BY rank) AS ranks
+        FROM per_rank GROUP BY ALL ORDER BY recompiles DESC, function LIMIT 30""", [run_id])
+
+
 def memory_limit_bytes(con: duckdb.DuckDBPyConnection, run_id: str) -> int | None:
     """The device's capacity where a CUDA OOM message stated it ('GPU 0 has a total capacity of 79.19 GiB')."""
     row = con.execute("""
@@ -171,5 +185,6 @@ def series(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     """Everything the timeline and the collectives grid draw, as plain rows."""
     return {"marks": marks(con, run_id), "spans": spans(con, run_id), "fold_keys": fold_keys(con, run_id),
             "group_names": group_names(con, run_id), "grid": grid(con, run_id),
+            "recompiles_per_frame": recompiles_per_frame(con, run_id),
             "memory_limit_bytes": memory_limit_bytes(con, run_id)}
 
