@@ -36,11 +36,12 @@ LOOKAHEAD = 400
 MAX_LINE_CHARS = 64 << 10
 
 # What launchers and log collectors put before a line, outermost first, each optional:
+#    1: [rank1]:...                      srun --label: the task id, right-aligned to the widest
 #   node04 [stderr] [rank14]:...         a runner that tags each line with its host and stream
 #   [80746] [rank0]:...                  a line or pid number before a rank prefix (a log viewer's copy)
 #   [1,3]<stderr>:...                    mpirun --tag-output: [job,rank]<stream>:  (horovodrun: [rank]<stream>:)
 #   [default3]:[rank3]:...               torchrun's --tee prefix, then the rank's own prefix
-_PREFIX = (r"^(?:[\w.-]+ \[(?:stdout|stderr)\] )?"
+_PREFIX = (r"^(?: *(?<s0>\d{1,6}): )?(?:[\w.-]+ \[(?:stdout|stderr)\] )?"
            r"(?:\[\d+\] \[(?<w0>[A-Za-z_]+)(?<n0>\d+)\]:|\[(?:\d+,)?(?<m0>\d+)\]<(?:stdout|stderr)>:)?"
            r"(?:\[(?<w1>[A-Za-z_]+)(?<n1>\d+)\]:)?(?:\[(?<w2>[A-Za-z_]+)(?<n2>\d+)\]:)?")
 
@@ -91,7 +92,7 @@ def header_source(df: pl.DataFrame) -> pl.DataFrame:
                            pl.coalesce(second.str.strip_chars_start(" "), first).alias("src"))
 
 
-_PREFIXES = (r"^((?:[\w.-]+ \[(?:stdout|stderr)\] )?(?:\[\d+\] \[[A-Za-z_]+\d+\]:|\[(?:\d+,)?\d+\]<(?:stdout|stderr)>:)?"
+_PREFIXES = (r"^((?: *\d{1,6}: )?(?:[\w.-]+ \[(?:stdout|stderr)\] )?(?:\[\d+\] \[[A-Za-z_]+\d+\]:|\[(?:\d+,)?\d+\]<(?:stdout|stderr)>:)?"
              r"(?:\[[A-Za-z_]+\d+\]:){0,2})")
 # A byte no log line holds in practice: the CSV reader's separator when it splits lines.
 _NO_SEPARATOR = b"\x1f"
@@ -129,10 +130,10 @@ def split_lines(data: bytes | str, first_line_no: int) -> pl.DataFrame:
     df = pl.DataFrame({"raw": line_series(data)}).with_columns(raw.str.extract(_PREFIXES, 1).fill_null("").alias("prefix"))
     df = df.with_columns(raw.str.slice(pl.col("prefix").str.len_bytes()).alias("text"))  # an ASCII prefix: bytes are chars
     parts = extract_groups("prefix", _PREFIX)
-    n0, n1, n2, m0 = (parts.struct.field(n).cast(pl.Int32, strict=False) for n in ("n0", "n1", "n2", "m0"))
+    n0, n1, n2, m0, s0 = (parts.struct.field(n).cast(pl.Int32, strict=False) for n in ("n0", "n1", "n2", "m0", "s0"))
     # a --tee word ("default") in the first rank prefix marks the agent console's copy of a worker's line
     first_word = pl.coalesce(parts.struct.field("w0"), parts.struct.field("w1"))
-    df = per_distinct(df, "prefix", pl.coalesce(n2, n1, n0, m0).alias("rank"),
+    df = per_distinct(df, "prefix", pl.coalesce(n2, n1, n0, m0, s0).alias("rank"),
                       (first_word.is_not_null() & (first_word != "rank")).alias("tee"))
     text_col = pl.col("text")
     if b"\r" in data:

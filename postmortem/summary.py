@@ -318,9 +318,12 @@ def rank_endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
 NCCL_ABORT = "SIGABRT after the collective timeout (ProcessGroupNCCL's abort)"
 
 # An error that says a peer went away or never answered is a consequence of another
-# rank's end, not a cause.
+# rank's end, not a cause. gloo words its collective timeout two ways: "Timed out waiting
+# 30000ms for recv operation to complete", or, when the timeout closes the pair first,
+# "Application timeout caused pair closure" (both seen 30 s into a hang in sample_logs/).
 _PEER_CAUSED = re.compile(
-    r"(?i)connection (?:reset|closed) by peer|timed out waiting|Watchdog caught collective operation timeout"
+    r"(?i)connection (?:reset|closed) by peer|timed out waiting|Application timeout caused pair closure"
+    r"|Watchdog caught collective operation timeout"
     r"|communicator was aborted|Broken pipe|remote (?:worker|process|peer)|Connection refused|DistNetworkError"
 )
 

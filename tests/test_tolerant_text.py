@@ -52,6 +52,41 @@ def test_launcher_prefixes_give_the_rank_and_are_cut_off_the_text():
     assert [t[:6] for t in frame["text"]] == ["[E321 ", "[E909 ", "2021-0", "test_c", " Trace"]
 
 
+def test_srun_label_prefix_gives_the_task_as_rank_under_any_inner_prefix():
+    # sample_logs/rank_exception_srun_label (srun --label style: "<task>: " before each line)
+    lines = [
+        ("0: [W1201 19:22:08.303198590 Utils.hpp:137] Warning: Environment variable TORCH_NCCL_TRACE_BUFFER_SIZE is "
+         "deprecated; use TORCH_FR_BUFFER_SIZE instead (function operator())"),
+        ("1: 2026-12-01 19:22:08,475 [rank1] host=vm pid=3173 world=2 scenario=rank_exception torch=2.13.0+cpu "
+         "device=cpu gpu=none"),
+        "1: [rank1]: ValueError: bad batch at step 4: labels shape (64, 16) has NaN rows",
+        # a time of day at the start of a line is no task label
+        "19:22:08 loss 0.98",
+    ]
+    frame = split_lines("\n".join(lines), 1)
+    assert frame["rank"].to_list() == [0, 1, 1, None]
+    assert frame["tee"].to_list() == [False, False, False, False]
+    assert [t[:12] for t in frame["text"]] == ["[W1201 19:22", "2026-12-01 1", " ValueError:", "19:22:08 los"]
+
+
+def test_a_slurm_output_of_every_rank_names_the_rank_that_raised(sample):
+    report = api.analyze(sample("rank_exception_srun_label"), keep=False)
+    assert report["verdict"]["signature"] == "rank-crash" and report["verdict"]["culprit_ranks"] == [1]
+    ended = {r["rank"]: r for r in report["ranks"]}
+    assert ended[1]["ended"].startswith("ValueError: bad batch at step 4") and not ended[1]["consequence"]
+    assert ended[0]["consequence"] and ended[1]["evidence"]["file"].startswith("slurm-")
+
+
+def test_gloos_pair_closure_by_a_timeout_is_a_consequence_not_the_crash(sample):
+    # sample_logs/hang_dataloader_torch2141 (torch 2.14.1): 30 s into the hang rank 0's backward
+    # all-reduce raised "RuntimeError: Application timeout caused pair closure", not gloo's
+    # "Timed out waiting 30000ms ..." of the 2.13 run: rank 1, in Queue.get, is the culprit.
+    report = api.analyze(sample("hang_dataloader_torch2141"), keep=False)
+    ended = {r["rank"]: r for r in report["ranks"]}
+    assert ended[0]["ended"].endswith("Application timeout caused pair closure") and ended[0]["consequence"]
+    assert report["verdict"]["signature"] == "collective-hang" and report["verdict"]["culprit_ranks"] == [1]
+
+
 def test_a_line_that_merely_starts_with_a_number_in_brackets_keeps_it():
     # torch's desync report puts the rank first: "[7] finished collective #182, ..." (a format
     # string of ProcessGroupNCCL's desync debug report; no public log of it was found)

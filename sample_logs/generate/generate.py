@@ -5,6 +5,24 @@
     python sample_logs/generate/generate.py --device cuda        # every GPU scenario (one GPU)
     python sample_logs/generate/generate.py --backend nccl --out sample_logs_gpu
     python sample_logs/generate/generate.py --readme             # only rewrite README.md
+    python sample_logs/generate/generate.py --only rank_exception --launcher srun   # other launchers
+    /work/venvs/t291/bin/python sample_logs/generate/generate.py --only rank_exception --tag torch291
+
+Launchers (``--launcher``; the folder gets the suffix in brackets):
+
+* ``torchrun``  (default) ``torchrun --log-dir --redirects 3 --tee 3``: console + per-rank files
+* ``console``   (``_console``) torchrun with none of those: one interleaved console, no prefixes
+* ``plain``     (``_plain_python``) ``python train.py``, one process, world size 1, no torchrun;
+                the env:// variables a user sets by hand (RANK=0, WORLD_SIZE=1, LOCAL_RANK=0,
+                MASTER_ADDR, MASTER_PORT)
+* ``srun``      (``_srun_label``) what ``srun --label`` leaves: generate.py starts each rank
+                itself with the variables srun sets (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS,
+                ... and RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT from them, as a
+                Slurm batch script does) and writes every line of every rank to one
+                ``slurm-<jobid>.out``, prefixed ``<task>: `` as srun --label does
+
+``--tag TAG`` appends ``_TAG`` to the folder (``_torch291``: the same scenario under another
+torch, run by that venv's python: torchrun is taken from beside ``sys.executable``).
 
 For each scenario it makes ``<out>/<scenario>/`` holding:
 
@@ -669,6 +687,41 @@ NOTES = {
         "process down', and the rank dies of SIGABRT (-6) ~60 s after the timeout. Nothing in "
         "the logs localizes the cause beyond 'the collective never completed on the GPU': "
         "collective-timeout, no culprit rank.",
+    # ---- other launchers and torch versions (see README: --launcher, --tag)
+    "rank_exception_srun_label":
+        "As rank_exception, every line of both ranks in one slurm-<jobid>.out, each prefixed "
+        "'0: ' or '1: ' (rank 1's ValueError traceback lines read '1: [rank1]: ...'). No torchrun: "
+        "no failure table, no error.json, nobody SIGTERMs rank 0: its backward all-reduce fails "
+        "with gloo 'Connection closed by peer' ~2 s after rank 1 raised and it exits 1 itself "
+        "(both ranks exit 1). Both dump the flight recorder from main's exception path (rank 1 "
+        "ends at collective_seq_id 12, rank 0 at 14).",
+    "rank_exception_console":
+        "As rank_exception, in one console with no prefixes but train.py's own '[rank<r>]' and "
+        "torch's '[rank<r>]:': rank 1's ValueError, rank 0's gloo 'Connection closed by peer', "
+        "then torchrun's failure table (rank 1 first observed, rank 0 SIGTERMed). The error.json "
+        "the table names lies in torchrun's temporary directory, not kept.",
+    "hang_dataloader_console":
+        "As hang_dataloader, in one console with no torchrun prefixes: rank 0's backward "
+        "all-reduce raises gloo 'Timed out waiting 30000ms for recv operation to complete' 30 s "
+        "into the hang, torchrun names rank 0 first observed (the wrong culprit) and SIGTERMs rank "
+        "1, which py-spy (10 s in) shows in Queue.get under fetch_batch. Flight recorder: rank 0 "
+        "from main's exception path (seq 14), rank 1 from its SIGTERM handler (seq 12).",
+    "recompile_limit_plain_python":
+        "As recompile_limit, one process (world size 1, python train.py): '[4/8] torch._dynamo "
+        "hit config.recompile_limit (8)' after eight recompiles on the guard `scale == <value>` in "
+        "MLP.forward (user_line); later steps run eager. The rank's completion dump of the flight "
+        "recorder holds 33 entries. Exit 0.",
+    "compile_failure_plain_python":
+        "As compile_failure, one process (world size 1, python train.py): step 0's first forward "
+        "raises torch._dynamo.exc.Unsupported 'Data-dependent branching' at ClampedMLP.forward's "
+        "`if` (user_line); the traceback is printed by @record's handler with no torchrun around "
+        "it, no failure table, no error.json. Exit 1.",
+    "hang_dataloader_torch2141":
+        "As hang_dataloader, under torch 2.14.1, but gloo words the timeout differently: 30 s into "
+        "the hang rank 0's backward all-reduce raises 'RuntimeError: Application timeout caused "
+        "pair closure' (2.13's run: 'Timed out waiting 30000ms for recv operation to complete'); "
+        "torchrun names rank 0 first observed (the wrong culprit) and SIGTERMs rank 1, in Queue.get "
+        "under fetch_batch (py-spy, 10 s in). Flight recorder: rank 0 seq 14, rank 1 seq 12.",
     "nccl_duplicate_gpu":
         "As planned: at DDP's first collective (_verify_param_shape_across_processes, from the "
         "DDP(...) line in build(): user_line) both ranks log 'NCCL WARN Duplicate GPU detected "
@@ -713,8 +766,22 @@ def lines_for(name, spec):
 
 
 def torchrun_cmd():
-    exe = shutil.which("torchrun")
+    """The torchrun of the Python running this script (a venv of another torch version need
+    not be on PATH), else ``python -m torch.distributed.run``."""
+    exe = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     return [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
+
+
+# --launcher NAME -> the suffix its folders get (torchrun with --log-dir/--tee has none)
+LAUNCHERS = {"torchrun": "", "console": "_console", "plain": "_plain_python", "srun": "_srun_label"}
+LAUNCHER_WORDS = {
+    "torchrun": "torchrun --log-dir --redirects 3 --tee 3",
+    "console": "torchrun, no --log-dir/--redirects/--tee (one console)",
+    "plain": "python train.py (one process, no torchrun)",
+    "srun": "srun --label style (one stdout, `<task>: ` prefixes; ranks started by generate.py)",
+}
+# a folder's name is <scenario>[_nccl][<launcher suffix>][_<tag>]
+FOLDER_SUFFIX = re.compile(r"(_nccl)?(_console|_plain_python|_srun_label)?(_torch\d+)?$")
 
 
 def free_port():
@@ -752,10 +819,11 @@ def pyspy_dump(pid, rank, outdir):
     return "; ".join(status)
 
 
-def kill_job(proc, pids):
-    """SIGKILL torchrun (its process group) and every worker seen (each its own session under
-    torchrun, with any compile workers it started), as a scheduler ends a job."""
-    targets = [proc.pid] + [pid for _, pid in sorted(pids.items())]
+def kill_job(procs, pids):
+    """SIGKILL the launcher(s) (torchrun, or each rank started here: their process groups) and
+    every worker seen (each its own session under torchrun, with any compile workers it
+    started), as a scheduler ends a job."""
+    targets = [p.pid for p in procs] + [pid for _, pid in sorted(pids.items())]
     for pid in targets:
         for kill in (os.killpg, os.kill):
             try:
@@ -806,13 +874,19 @@ def parse_failures(console):
     return out
 
 
-def describe_exit(rc, killed, failures):
+def describe_exit(rc, killed, failures, rank_exits=None):
     """``killed``: False; True (the RUN_LIMIT_S safety net); or the sentence saying how the job
-    was killed at a scenario's deadline (``kill_after_s``), which then heads the description."""
+    was killed at a scenario's deadline (``kill_after_s``), which then heads the description.
+    ``rank_exits`` ({rank: returncode}) is how each rank ended where no torchrun reported it
+    (plain python, srun)."""
     if isinstance(killed, str):
         head = killed
     elif killed:
         head = f"killed by generate.py after {RUN_LIMIT_S} s"
+    elif rank_exits is not None:
+        head = "no torchrun; " + ", ".join(
+            f"rank {r} exit {c}" + (f" ({SIGNAMES.get(-c, -c)})" if c < 0 else "")
+            for r, c in sorted((int(r), c) for r, c in rank_exits.items()))
     else:
         head = f"torchrun exit {rc}"
     parts = []
@@ -829,23 +903,26 @@ def describe_exit(rc, killed, failures):
 # --------------------------------------------------------------------------- one scenario
 
 
-def folder_name(name, backend):
-    """A scenario run on NCCL that is planned for gloo lands beside its gloo twin as <name>_nccl."""
+def folder_name(name, backend, launcher="torchrun", tag=None):
+    """A scenario run on NCCL that is planned for gloo lands beside its gloo twin as <name>_nccl;
+    another launcher adds its suffix (``_srun_label``), a --tag its own (``_torch291``)."""
+    folder = name
     if backend == "nccl" and SCENARIOS[name].get("backend") != "nccl":
-        return f"{name}_nccl"
-    return name
+        folder += "_nccl"
+    folder += LAUNCHERS[launcher]
+    return folder + (f"_{tag}" if tag else "")
 
 
 def scenario_of(folder):
-    """The scenario a sample folder holds (its name, less a variant's ``_nccl``)."""
-    return folder if folder in SCENARIOS else folder.removesuffix("_nccl")
+    """The scenario a sample folder holds (its name, less a variant's suffixes)."""
+    return folder if folder in SCENARIOS else FOLDER_SUFFIX.sub("", folder, count=1)
 
 
 def spec_fields(name, spec, folder=None):
     """The parts of expected.json that come from the scenario's spec (not from the run); a
     variant folder's note is its own (what NCCL did is not what gloo did), and a spec's
     ``nccl`` entry says where NCCL's outcome differs from gloo's."""
-    if folder and folder.endswith("_nccl") and "nccl" in spec:
+    if folder and FOLDER_SUFFIX.search(folder).group(1) and "nccl" in spec:
         spec = {**spec, **spec["nccl"]}
     planted_line, user_line = lines_for(name, spec)
     return {
@@ -855,26 +932,108 @@ def spec_fields(name, spec, folder=None):
         "user_line": user_line,
         "planted_line": planted_line,
         "planted": spec["planted"],
-        "note": NOTES.get(folder or name),
+        "note": note_of(name, folder),
     }
+
+
+def note_of(name, folder=None):
+    """The folder's own note; a torch-version variant run by the same launcher (``_torch291``)
+    shares its scenario's where it has none of its own (checked against its logs)."""
+    folder = folder or name
+    if folder in NOTES:
+        return NOTES[folder]
+    suffix = FOLDER_SUFFIX.search(folder)
+    if suffix.group(3) and not suffix.group(1) and not suffix.group(2):
+        return NOTES.get(name)
+    return None
 
 
 def make_expected(name, fields, run):
     """expected.json, in a fixed key order: spec fields + what the run did."""
     keys = ["scenario", "signatures", "root_cause", "culprit_ranks", "user_line", "planted_line",
-            "backend", "device", "world_size", "exit", "planted", "torchrun_rc", "failures",
-            "torch", "hardware", "wall_s", "regenerate", "pyspy", "note"]
+            "backend", "device", "world_size", "launcher", "exit", "planted", "torchrun_rc",
+            "rank_exits", "failures", "torch", "hardware", "wall_s", "regenerate", "pyspy", "note"]
     merged = {"scenario": name, **run, **fields}
+    # torchrun_rc is torchrun's, rank_exits each rank's where no torchrun ran: a row has one
     return {k: merged.get(k) for k in keys if k in merged and (
-        merged[k] is not None or k not in ("pyspy", "note"))}
+        merged[k] is not None or k not in ("pyspy", "note", "torchrun_rc", "rank_exits"))}
 
 
-def run_scenario(name, backend, device_arg, out_root, cwd):
+def rank_env(rank, nproc, port, job_id):
+    """The variables one rank gets where no torchrun sets them: those srun sets for a task of a
+    one-node job step, and the env:// ones a batch script derives from them."""
+    return {
+        "SLURM_JOB_ID": str(job_id), "SLURM_STEP_ID": "0", "SLURM_NNODES": "1",
+        "SLURM_NODEID": "0", "SLURM_NTASKS": str(nproc), "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank), "SLURM_STEP_NODELIST": socket_hostname(),
+        "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+    }
+
+
+def socket_hostname():
+    import socket
+
+    return socket.gethostname()
+
+
+def relay_labelled(stream, rank, width, out, lock):
+    """Copy one rank's output to the shared file line by line, prefixed ``<rank>: `` (right-
+    aligned to the widest task id) as ``srun --label`` does."""
+    label = f"{rank:>{width}}: ".encode()
+    for line in iter(stream.readline, b""):
+        with lock:
+            out.write(label + line)
+            out.flush()
+    stream.close()
+
+
+def start_job(launcher, train_args, nproc, env, sdir, cwd, console):
+    """Start the job the way ``launcher`` does; returns (the processes to wait for, the relay
+    threads that must finish before the console file is complete)."""
+    port = free_port()
+    if launcher in ("torchrun", "console"):
+        files = (["--log-dir", rel(sdir / "logs", cwd), "--redirects", "3", "--tee", "3"]
+                 if launcher == "torchrun" else [])
+        cmd = torchrun_cmd() + ["--nproc-per-node", str(nproc), "--master-port", str(port),
+                                *files, rel(TRAIN, cwd), *train_args]
+        print(f"[generate] {sdir.name}: {' '.join(cmd)}", flush=True)
+        return [subprocess.Popen(cmd, cwd=cwd, env=env, stdout=console, stderr=subprocess.STDOUT,
+                                 start_new_session=True)], []
+    cmd = [sys.executable, rel(TRAIN, cwd), *train_args]
+    print(f"[generate] {sdir.name}: {nproc} x {' '.join(cmd)}", flush=True)
+    if launcher == "plain":  # the variables a user exports by hand for env:// init
+        rank0 = {k: v for k, v in rank_env(0, 1, port, os.getpid()).items()
+                 if not k.startswith("SLURM_")}
+        return [subprocess.Popen(cmd, cwd=cwd, env={**env, **rank0}, stdout=console,
+                                 stderr=subprocess.STDOUT, start_new_session=True)], []
+    import threading
+
+    lock = threading.Lock()
+    procs, relays = [], []
+    for r in range(nproc):
+        proc = subprocess.Popen(cmd, cwd=cwd, env={**env, **rank_env(r, nproc, port, os.getpid())},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        t = threading.Thread(target=relay_labelled,
+                             args=(proc.stdout, r, len(str(nproc - 1)), console, lock), daemon=True)
+        t.start()
+        procs.append(proc)
+        relays.append(t)
+    return procs, relays
+
+
+def console_name(launcher):
+    """Where the job's stdout lands: torchrun's console, or the Slurm job's output file."""
+    return f"slurm-{os.getpid()}.out" if launcher == "srun" else "console.log"
+
+
+def run_scenario(name, backend, device_arg, out_root, cwd, launcher="torchrun", tag=None):
     spec = SCENARIOS[name]
     backend = spec.get("backend", backend)
     device_arg = spec.get("device", device_arg)
-    nproc = spec.get("nproc", 2)
-    folder = folder_name(name, backend)
+    nproc = 1 if launcher == "plain" else spec.get("nproc", 2)
+    folder = folder_name(name, backend, launcher, tag)
     # NCCL checks no sizes or dtypes: a mismatch that gloo refuses at once hangs there
     hangs = spec.get("hang") or (backend == "nccl" and spec.get("hangs_on_nccl"))
     pyspy = spec.get("pyspy") or (backend == "nccl" and spec.get("hangs_on_nccl"))
@@ -882,7 +1041,7 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
     if sdir.exists():
         shutil.rmtree(sdir)
     sdir.mkdir(parents=True)
-    console_path = sdir / "console.log"
+    console_path = sdir / console_name(launcher)
 
     env = dict(os.environ)
     env.update({
@@ -911,30 +1070,23 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
         env["TORCH_TRACE"] = str(sdir / "torch_trace")
     env.update(spec.get("env", {}))
 
-    cmd = torchrun_cmd() + [
-        "--nproc-per-node", str(nproc), "--master-port", str(free_port()),
-        "--log-dir", rel(sdir / "logs", cwd),
-        "--redirects", "3", "--tee", "3",
-        rel(TRAIN, cwd),
-        "--scenario", name, "--backend", backend, "--device", device_arg,
-        "--steps", str(spec["steps"]), "--out-dir", rel(sdir, cwd),
-    ]
-    print(f"[generate] {folder}: {' '.join(cmd)}", flush=True)
+    train_args = ["--scenario", name, "--backend", backend, "--device", device_arg,
+                  "--steps", str(spec["steps"]), "--out-dir", rel(sdir, cwd)]
     t0 = time.time()
     pyspy_status = None
     killed = False
     kill_after = spec.get("kill_after_s")  # a deadline, counted from when the hang began
     with open(console_path, "wb") as console:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=console, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        procs, relays = start_job(launcher, train_args, nproc, env, sdir, cwd, console)
         pids = {}
         hang_seen_at = None
-        while proc.poll() is None:
+        while any(p.poll() is None for p in procs):
             time.sleep(0.5)
             if time.time() - t0 > RUN_LIMIT_S:
-                kill_job(proc, pids)
+                kill_job(procs, pids)
                 killed = True
-                proc.wait()
+                for p in procs:
+                    p.wait()
                 break
             if not hangs:
                 continue
@@ -945,11 +1097,12 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
                     and time.time() - hang_seen_at >= kill_after):
                 # the job's deadline: SIGKILL torchrun and every worker at once, as a scheduler
                 # does (no SIGTERM first, so no rank runs a handler or dumps anything)
-                kill_job(proc, pids)
-                proc.wait()
-                killed = (f"killed at its deadline: generate.py SIGKILLed torchrun and all "
+                kill_job(procs, pids)
+                for p in procs:
+                    p.wait()
+                killed = (f"killed at its deadline: generate.py SIGKILLed the launcher and all "
                           f"{len(pids)} workers {time.time() - hang_seen_at:.0f} s after step "
-                          f"{FAIL_STEP - 1} was logged, torchrun rc {proc.returncode}")
+                          f"{FAIL_STEP - 1} was logged, rc {procs[0].returncode}")
                 break
             if hang_seen_at is None:
                 done = set(int(r) for r in re.findall(
@@ -965,7 +1118,11 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
                 pyspy_status = (f"py-spy dumps taken {time.time() - hang_seen_at:.0f} s after "
                                 f"step {FAIL_STEP - 1} was logged: " + "; ".join(stat))
                 print(f"[generate] {folder}: {pyspy_status}", flush=True)
-        rc = proc.returncode
+        for t in relays:
+            t.join(timeout=10)
+    by_torchrun = launcher in ("torchrun", "console")
+    rc = procs[0].returncode if by_torchrun else None
+    rank_exits = None if by_torchrun else {str(r): p.returncode for r, p in enumerate(procs)}
     wall = time.time() - t0
 
     # TORCH_TRACE logs are large (every recompile's graphs and code): gzip them, unchanged.
@@ -985,13 +1142,15 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
         "backend": backend,
         "device": device_arg,
         "world_size": nproc,
-        "exit": describe_exit(rc, killed, failures),
+        "launcher": launcher,
+        "exit": describe_exit(rc, killed, failures, rank_exits),
         "torchrun_rc": rc,
+        "rank_exits": rank_exits,
         "failures": failures,
         "torch": torch_version,
         "hardware": hardware(device_arg, gpu, backend, nproc),
         "wall_s": round(wall, 1),
-        "regenerate": regenerate_command(name, spec, backend, device_arg),
+        "regenerate": regenerate_command(name, spec, backend, device_arg, launcher, tag),
         "pyspy": pyspy_status,
     }
     expected = make_expected(name, spec_fields(name, spec, folder), run)
@@ -1000,11 +1159,14 @@ def run_scenario(name, backend, device_arg, out_root, cwd):
     return expected
 
 
-def regenerate_command(name, spec, backend, device_arg):
+def regenerate_command(name, spec, backend, device_arg, launcher="torchrun", tag=None):
     cmd = f"python sample_logs/generate/generate.py --only {name}"
     if backend == "nccl" and "backend" not in spec:
         cmd += " --backend nccl"
-    return cmd + (f" --device {device_arg}" if device_arg != "cpu" else f" --backend {backend}")
+    cmd += f" --device {device_arg}" if device_arg != "cpu" else f" --backend {backend}"
+    if launcher != "torchrun":
+        cmd += f" --launcher {launcher}"
+    return cmd + (f" --tag {tag}" if tag else "")
 
 
 def hardware(device_arg, gpu, backend, nproc):
@@ -1085,7 +1247,7 @@ loop, the loop's `maybe_sync_before_step` line (470) also calls `before_train_st
 generate.py SIGKILLs torchrun and every worker at once, as a scheduler would, so there is no
 failure table, no error.json and no flight-recorder dump; its `exit` says so. A folder the
 analyzer does not get right yet waits in `_pending/` (its README says why), out of `postmortem
-eval sample_logs/`: `two_group_cycle` is there.
+eval sample_logs/`: none does now (`two_group_cycle` waited there until its group-cycle check).
 
 Per folder: `console.log` (torchrun's console, ranks prefixed `[default<r>]:`),
 `logs/<run>/attempt_0/<r>/{stdout,stderr}.log` (and `error.json`), `expected.json` (the
@@ -1102,6 +1264,37 @@ H200s, one GPU per rank (`--jobs` ran several side by side); a `replay/` folder 
 `postmortem replay` printed when it re-ran the sample there (`replay.txt`, `replay.json`, and
 the `--fix` run's `replay_fix.*`). Every rank dumps the flight recorder when a run completes
 (NCCL's own recorder on NCCL), so a healthy run has a sequence to replay.
+
+**Other torch versions.** A folder named `<scenario>_torch291` / `<scenario>_torch2141` is that
+scenario run unchanged under torch 2.9.1 / 2.14.1 on CPU and gloo on this 2-core VM:
+`generate.py --only NAME --tag torch291` run by the python of a venv holding that torch
+(`python3 -m venv /work/venvs/t291 && /work/venvs/t291/bin/pip install torch==2.9.1
+numpy==2.4.6 -e .`; pip took the builds on this machine's disk, 2.9.1+cu128 and 2.14.1+cu130,
+which run on the CPU here; generate.py takes the torchrun beside that python). The
+`_torch211` folders ran under 2.11 on the H200 machine's CPUs. The scenarios chosen are those
+whose messages differ most across versions: dynamo's recompile and graph-break logs
+(`recompile_limit`, `graph_breaks`, `compile_failure`), gloo's timeout and c10d's lines
+(`hang_dataloader`), tracebacks, torchrun's failure table and error.json (`rank_exception`,
+`native_crash`, `non_finite_loss`).
+
+**Other launchers** (`--launcher`). `_console`: torchrun without `--log-dir`, `--redirects`,
+`--tee`: the workers inherit torchrun's stdout, so `console.log` holds every rank's lines
+interleaved with no `[default<r>]:` prefix, then torchrun's failure table; the error.json files
+stay in torchrun's temporary directory and are not kept. `_plain_python`: `python train.py`
+alone, one process, world size 1, with `RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1
+MASTER_PORT=<free>` exported as a user does for env:// init; no torchrun, so no failure table
+and no error.json (`@record` writes one only under torchrun), and a scenario planted on rank 1
+cannot fire: only scenarios of every rank run this way (`recompile_limit`, `compile_failure`).
+`_srun_label`: there is no Slurm here, so generate.py does to the output what `srun --ntasks 2
+--label python train.py` does: it starts each rank itself with the variables srun sets for a
+task (`SLURM_JOB_ID` (generate.py's pid), `SLURM_STEP_ID`, `SLURM_NNODES`, `SLURM_NODEID`,
+`SLURM_NTASKS`, `SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_STEP_NODELIST`) and the env:// ones a
+batch script derives from them (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`,
+`MASTER_PORT`), and copies each rank's stdout and stderr, line by line as they come, into one
+`slurm-<jobid>.out`, each line prefixed with its task id and `: ` (right-aligned to the widest
+id, as `--label` does). srun's own messages (`srun: error: ...`) are not imitated, and every
+rank runs until it exits (srun's default: no `--kill-on-bad-exit`). Where no torchrun ran, `exit`
+and `rank_exits` give each rank's own exit status.
 
 | scenario | planted | ran on | how it ended | root cause (culprit) | regenerate |
 | --- | --- | --- | --- | --- | --- |
@@ -1137,8 +1330,11 @@ sample_logs/generate/generate.py --out /tmp/regen --only NAME ...` as in the tab
 `postmortem eval /tmp/regen`): the CPU scenarios on gloo, the one-GPU scenarios on one H200;
 the `_nccl` rows need a GPU per rank and were not re-run since they were made.
 
-| folder | logs committed | generator | reproduces today |
-| --- | --- | --- | --- |
+`torch` is the version the run printed (`torch=` in its start line); `launcher` how its ranks
+were started (`torchrun --log-dir` unless the row says otherwise; see above).
+
+| folder | torch | launcher | logs committed | generator | reproduces today |
+| --- | --- | --- | --- | --- | --- |
 """
 
 # The last re-run of each scenario with today's generator (see PROVENANCE_HEAD), and how it
@@ -1164,6 +1360,15 @@ REPRODUCED_TODAY = {
     **dict.fromkeys(["pipeline_missing_send", "silent_hang_killed", "lock_wait_in_save",
                      "cold_cache_compile_timeout"], _NEW),
 }
+
+
+def reproduced_today(folder):
+    """REPRODUCED_TODAY's entry; a launcher or version variant made today says so."""
+    if folder in REPRODUCED_TODAY:
+        return REPRODUCED_TODAY[folder]
+    if folder != scenario_of(folder) and not folder.endswith(("_nccl", "_torch211")):
+        return "made 2026-12-01 by this generator"
+    return None
 
 
 def write_readme(out_root):
@@ -1193,11 +1398,13 @@ def write_readme(out_root):
     for p in found:
         e = json.loads(p.read_text())
         commit, date, generator = provenance(p.parent)
-        checked = REPRODUCED_TODAY.get(p.parent.name) or (
+        checked = reproduced_today(p.parent.name) or (
             "not re-run: needs 2 GPUs (one per rank; the 2-GPU kind is not lent)" if p.parent.name.endswith("_nccl")
             else "not re-run yet")
         made = f"{commit} ({date})" if commit else "not committed yet"
-        text += f"| `{p.parent.name}` | {made} | {generator} | {checked} |\n"
+        launcher = LAUNCHER_WORDS[e.get("launcher", "torchrun")]
+        text += (f"| `{p.parent.name}` | {e.get('torch')} | {launcher} | {made} | {generator} "
+                 f"| {checked} |\n")
     if notes:
         text += "\n## Notes (what really happened where it differs from the plan)\n\n"
         text += "\n".join(notes) + "\n"
@@ -1208,22 +1415,26 @@ def refresh_expected(out_root, names):
     """Rewrite the spec-derived fields of existing expected.json files (signatures, root cause,
     culprits, marker lines, planted text, note) and torchrun's failure table parsed again from
     console.log, keeping what the run did (rc, wall time, py-spy, hardware) as recorded."""
-    for folder in [f for n in names for f in (n, f"{n}_nccl")]:
+    folders = sorted(p.parent.name for p in out_root.glob("*/expected.json")
+                     if scenario_of(p.parent.name) in names)
+    for folder in folders:
         n = scenario_of(folder)
         path = out_root / folder / "expected.json"
-        if not path.is_file():
-            continue
         old = json.loads(path.read_text())
         run = {k: v for k, v in old.items() if k not in spec_fields(n, SCENARIOS[n], folder)}
         run.setdefault("device", "cpu")
-        run["regenerate"] = regenerate_command(n, SCENARIOS[n], run["backend"], run["device"])
+        tag = FOLDER_SUFFIX.search(folder).group(3)
+        run["regenerate"] = regenerate_command(n, SCENARIOS[n], run["backend"], run["device"],
+                                               run.get("launcher", "torchrun"),
+                                               tag and tag.removeprefix("_"))
         console = out_root / folder / "console.log"
         if console.is_file():  # torchrun's failure table, parsed again from the run's console
             run["failures"] = parse_failures(console.read_text(errors="replace"))
             killed = run["exit"].startswith("killed")
             if killed and run["exit"].startswith("killed at"):  # a deadline kill: keep its sentence
                 killed = run["exit"].split("; ")[0]
-            run["exit"] = describe_exit(run["torchrun_rc"], killed, run["failures"])
+            run["exit"] = describe_exit(run.get("torchrun_rc"), killed, run["failures"],
+                                        run.get("rank_exits"))
         path.write_text(json.dumps(make_expected(n, spec_fields(n, SCENARIOS[n], folder), run),
                                    indent=2) + "\n")
         print(f"[generate] {folder}: expected.json refreshed", flush=True)
@@ -1241,6 +1452,11 @@ def main():
     ap.add_argument("--jobs", type=int, default=1,
                     help="scenarios run side by side (each its own torchrun and port; GPU runs "
                          "share the GPUs, so keep timing scenarios such as straggler alone)")
+    ap.add_argument("--launcher", default="torchrun", choices=list(LAUNCHERS),
+                    help="how the ranks are started (see the module docstring); a launcher "
+                         "other than torchrun adds its suffix to the folder name")
+    ap.add_argument("--tag", help="a suffix for the folder name, e.g. torch291 for a run under "
+                                  "torch 2.9.1 (run this script with that venv's python)")
     ap.add_argument("--readme", action="store_true", help="only rewrite <out>/README.md")
     ap.add_argument("--refresh-expected", action="store_true",
                     help="only rewrite the spec-derived fields of existing expected.json files")
@@ -1263,7 +1479,8 @@ def main():
         return
     cwd = Path.cwd()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for _ in pool.map(lambda n: run_scenario(n, args.backend, args.device, out_root, cwd), names):
+        for _ in pool.map(lambda n: run_scenario(n, args.backend, args.device, out_root, cwd,
+                                                 args.launcher, args.tag), names):
             pass
     write_readme(out_root)
 
