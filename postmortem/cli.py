@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Optional
@@ -112,15 +113,20 @@ def _write_html(rep: dict, path: Optional[Path]) -> None:
     err.print(Text(f"wrote {path}", style="dim"))
 
 
-def _emit(rep: dict, fmt: str) -> None:
+WidthOption = typer.Option(None, "--width", min=40, help="Columns for rich and text output (default: the "
+                           "terminal's; text off a terminal: 100).")
+
+
+def _emit(rep: dict, fmt: str, width: Optional[int] = None) -> None:
     if fmt == "json":
         sys.stdout.write(report.to_json(rep) + "\n")
     elif fmt == "markdown":
         sys.stdout.write(report.to_markdown(rep))
     elif fmt == "text":
-        sys.stdout.write(report.to_text(rep))
+        auto = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else 100
+        sys.stdout.write(report.to_text(rep, width=width or auto))
     else:
-        out.print(report.to_rich(rep))
+        (Console(width=width) if width else out).print(report.to_rich(rep))
 
 
 def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
@@ -142,6 +148,7 @@ def analyze(
     label: list[str] = LabelOption,
     scheduler_env: bool = SchedulerEnvOption,
     html: Optional[Path] = HtmlOption,
+    width: Optional[int] = WidthOption,
     quiet: bool = QuietOption,
     fresh: bool = typer.Option(False, "--fresh", help="Analyze again even if the history has this directory, "
                                "unchanged, from this same postmortem."),
@@ -164,7 +171,7 @@ def analyze(
     if fail_on not in catalog.SEVERITIES:
         _fail(PostmortemError(f"--fail-on must be one of {', '.join(catalog.SEVERITIES)}."))
     if parquet is not None or job is not None or directory is None:
-        _analyze_job(directory, parquet, job, nodes, fmt, fail_on, db, no_history, extra, html)
+        _analyze_job(directory, parquet, job, nodes, fmt, fail_on, db, no_history, extra, html, width)
     bar, update = _progress(quiet)
     options = dict(db=db, keep=not no_history, signatures=extra, fail_on=fail_on,
                    limits=_limits(max_files, max_bytes), labels=_labels(label, scheduler_env),
@@ -186,11 +193,11 @@ def analyze(
         _fail(exc)
     _write_html(rep, html)
     rep.pop("series", None)
-    _emit(rep, fmt)
+    _emit(rep, fmt, width)
     raise typer.Exit(api.exit_status([f["severity"] for f in rep["findings"]], fail_on))
 
 
-def _analyze_job(directory, parquet, job, nodes, fmt, fail_on, db, no_history, extra, html) -> None:
+def _analyze_job(directory, parquet, job, nodes, fmt, fail_on, db, no_history, extra, html, width=None) -> None:
     """analyze --parquet ROOT --job ID: the report of every node's rows of the job; exits."""
     if directory is not None or parquet is None or job is None:
         _fail(PostmortemError("analyze takes a log directory, or --parquet ROOT --job ID (a multi-node job)."))
@@ -203,7 +210,7 @@ def _analyze_job(directory, parquet, job, nodes, fmt, fail_on, db, no_history, e
         _fail(exc)
     _write_html(rep, html)
     rep.pop("series", None)
-    _emit(rep, fmt)
+    _emit(rep, fmt, width)
     raise typer.Exit(api.exit_status([f["severity"] for f in rep["findings"]], fail_on))
 
 
@@ -324,6 +331,7 @@ def show(
     fmt: str = typer.Option("rich", "--format", "-f", help="rich, text, json or markdown."),
     html: Optional[Path] = HtmlOption,
     db: Optional[Path] = DbOption,
+    width: Optional[int] = WidthOption,
 ) -> None:
     """Print the report of a run already in the history.
 
@@ -336,7 +344,7 @@ def show(
         _fail(exc)
     _write_html(rep, html)
     rep.pop("series", None)
-    _emit(rep, fmt)
+    _emit(rep, fmt, width)
 
 
 signatures_app = typer.Typer(rich_markup_mode=None)
