@@ -405,18 +405,14 @@ def test_signature(
 
 @app.command()
 def export(
-    parquet: Path = typer.Option(..., "--parquet", help="Directory to write the Parquet tree into."),
+    parquet: Optional[Path] = typer.Option(None, "--parquet", help="Directory to write the Parquet tree into."),
+    prometheus: Optional[Path] = typer.Option(None, "--prometheus", help="Write the history as Prometheus metrics "
+                                              "(node_exporter textfile format) to this file."),
+    since: str = typer.Option("7d", "--since", help="Window of the host suspect scores in --prometheus."),
     db: Optional[Path] = DbOption,
 ) -> None:
-    """Write the whole history as hive-partitioned Parquet (date, job) for DuckDB, Spark or Trino.
-
-    Example:  postmortem export --parquet /shared/postmortem-parquet/
-    """
-    try:
-        written = api.export(parquet, db=db)
-    except PostmortemError as exc:
-        _fail(exc)
-    out.print(Text(", ".join(f"{t}: {n} rows" for t, n in written.items()) or "the history is empty"))
+    """Write the whole history as hive-partitioned Parquet (date, job) for DuckDB, Spark or Trino,
+    and/or as Prometheus metrics for node_exporters
 
 
 @app.command()

@@ -1402,7 +1402,8 @@ def write_readme(out_root):
             "not re-run: needs 2 GPUs (one per rank; the 2-GPU kind is not lent)" if p.parent.name.endswith("_nccl")
             else "not re-run yet")
         made = f"{commit} ({date})" if commit else "not committed yet"
-        launcher = LAUNCHER_WORDS[e.get("launcher", "torchrun")]
+        # frameworks/make_samples.py's folders name their own launcher
+        launcher = e.get("framework_launcher") or LAUNCHER_WORDS[e.get("launcher", "torchrun")]
         text += (f"| `{p.parent.name}` | {e.get('torch')} | {launcher} | {made} | {generator} "
                  f"| {checked} |\n")
     if notes:
