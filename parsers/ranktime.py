@@ -14,9 +14,16 @@ One rank's time against the median rank's (TraceML 0.3.4's step-time diagnosis, 
 
     Rank r2 input wait was 199.7ms vs median rank r0 at 10.4ms.
 
-Each list (consecutive ``Rank N: T ms`` lines of one file) is one report; each comparison line
-is a report of its own. One event per rank and report; attrs: ``report`` (file and first line),
-``subject_rank`` (the rank the time is of), ``ms``, and for a comparison ``median_ms``.
+A list of one performance score per rank, 1.0 the fastest (NVIDIA Resiliency Extension's
+straggler report, as Megatron-Bridge logs it; a score is speed, the inverse of a time):
+
+    megatron.bridge.NVRxStragglerDetection: GPU relative performance:
+      Rank=0 Node=node01 Score=0.95
+
+Each list (consecutive ``Rank N: T ms`` or ``Rank=N ... Score=S`` lines of one file) is one
+report; each comparison line is a report of its own. One event per rank and report; attrs:
+``report`` (file and first line), ``subject_rank`` (the rank the figure is of), and ``ms`` with,
+for a comparison, ``median_ms``, or ``score``.
 """
 
 from __future__ import annotations
@@ -30,10 +37,11 @@ import polars as pl
 from postmortem.schema import frame
 
 _LIST = re.compile(r"^\s*Rank (?P<rank>\d+): (?P<ms>\d+(?:\.\d+)?) ?ms\s*$")
+_SCORE = re.compile(r"^\s*Rank=(?P<rank>\d+) (?:\w+=\S+ )*Score=(?P<score>\d+(?:\.\d+)?)\s*$")
 _VERSUS = re.compile(r"\bRank r?(?P<rank>\d+) (?P<what>[\w /-]{1,40}?) was (?P<ms>\d+(?:\.\d+)?) ?ms "
                      r"vs median rank r?(?P<median_rank>\d+) at (?P<median_ms>\d+(?:\.\d+)?) ?ms")
 
-LINES = r"\bRank r?\d+(?::| [\w /-]{1,40}? was) \d+(?:\.\d+)? ?ms\b"
+LINES = r"\bRank r?\d+(?::| [\w /-]{1,40}? was) \d+(?:\.\d+)? ?ms\b|^\s*Rank=\d+ .*Score=\d"
 
 
 def _event(row: dict, report: str, attrs: dict) -> dict:
@@ -50,10 +58,11 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
             report = f"{row['file']}:{row['line_no']}"
             events.append(_event(row, report, {"subject_rank": int(m["rank"]), "ms": float(m["ms"]),
                                                "median_ms": float(m["median_ms"]), "what": m["what"]}))
-        elif m := _LIST.match(row["text"]):
+        elif m := _LIST.match(row["text"]) or _SCORE.match(row["text"]):
             prev = last.get(row["file"])
             # a list is a run of consecutive lines; a gap starts the next report
             report = prev[1] if prev and prev[0] == row["pos"] - 1 else f"{row['file']}:{row['line_no']}"
             last[row["file"]] = (row["pos"], report)
-            events.append(_event(row, report, {"subject_rank": int(m["rank"]), "ms": float(m["ms"])}))
+            figure = {"ms": float(m["ms"])} if "ms" in m.re.groupindex else {"score": float(m["score"])}
+            events.append(_event(row, report, {"subject_rank": int(m["rank"]), **figure}))
     yield "events", frame("events", events)

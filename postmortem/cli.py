@@ -412,7 +412,26 @@ def export(
     db: Optional[Path] = DbOption,
 ) -> None:
     """Write the whole history as hive-partitioned Parquet (date, job) for DuckDB, Spark or Trino,
-    and/or as Prometheus metrics for node_exporters
+    and/or as Prometheus metrics for node_exporter's textfile collector.
+
+    Example:  postmortem export --parquet /shared/postmortem-parquet/
+    Example:  postmortem export --prometheus /var/lib/node_exporter/textfile/postmortem.prom
+    """
+    if parquet is None and prometheus is None:
+        _fail(PostmortemError("export needs --parquet DIR, --prometheus FILE or both."))
+    try:
+        if prometheus is not None:
+            from . import prometheus as metrics
+
+            samples = metrics.export(prometheus, db=db, since=since)
+            out.print(Text(f"{prometheus}: {samples} samples"))
+        if parquet is not None:
+            written = api.export(parquet, db=db)
+            out.print(Text(", ".join(f"{t}: {n} rows" for t, n in written.items()) or "the history is empty"))
+    except PostmortemError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(PostmortemError(f"Cannot write {prometheus}: {exc.strerror}"))
 
 
 @app.command()

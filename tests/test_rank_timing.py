@@ -57,3 +57,17 @@ def test_the_slow_rank_must_be_well_past_the_median_by_ratio_and_by_time():
     assert slow["subject_rank"] == 3 and usual == 100.0
     assert straggler._slow_in(listed(100.0, 101.0, 99.0, 140.0)) is None  # 1.4x: spread
     assert straggler._slow_in(listed(100.0, 300.0)) is None  # two ranks: no median to speak of
+
+
+def test_a_per_rank_performance_score_list_is_a_report_and_a_low_score_is_the_slow_rank():
+    # d_megatron_bridge_nvrx_straggler_report_healthy_2114: "  Rank=0 Node=node01 Score=0.95" (NVRx)
+    times = rank_times(REALWORLD / "d_megatron_bridge_nvrx_straggler_report_healthy_2114" / "train.log")
+    assert [(t["subject_rank"], t["score"]) for t in times] == [(0, 0.95), (1, 1.00), (0, 0.98), (1, 0.99)]
+    assert len({t["report"] for t in times}) == 2  # relative and individual performance
+
+    def scored(*scores: float) -> list[dict]:
+        return [{"subject_rank": r, "score": s} for r, s in enumerate(scores)]
+
+    slow, usual = straggler._slow_in(scored(0.98, 1.0, 0.45, 0.97))
+    assert slow["subject_rank"] == 2 and usual == 0.98
+    assert straggler._slow_in(scored(0.98, 1.0, 0.8, 0.97)) is None  # 1.2x: spread

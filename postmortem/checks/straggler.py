@@ -65,14 +65,18 @@ def _reports(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, list[dict
 
 
 def _slow_in(report: list[dict]) -> tuple[dict, float] | None:
-    """The rank that set this report's pace, and the usual (median) time it is measured against."""
+    """The rank that set this report's pace, and the usual (median) figure it is measured against:
+    a time (the slow rank's is the longest) or a performance score (its is the lowest)."""
     if report[0].get("median_ms") is not None:
         slow, usual = report[0], report[0]["median_ms"]
     else:
         if len({r["subject_rank"] for r in report}) < MIN_REPORT_RANKS:
             return None
-        slow = max(report, key=lambda r: r["ms"])
-        usual = median(r["ms"] for r in report if r is not slow)
+        key = "ms" if report[0].get("ms") is not None else "score"
+        slow = (max if key == "ms" else min)(report, key=lambda r: r[key])
+        usual = median(r[key] for r in report if r is not slow)
+        if key == "score":  # a score is a speed: the usual rank is `ratio` times faster
+            return (slow, usual) if slow["score"] > 0 and usual / slow["score"] >= MIN_RATIO else None
     excess_us = (slow["ms"] - usual) * 1000
     if usual <= 0 or slow["ms"] / usual < MIN_RATIO or excess_us < MIN_WAIT_US:
         return None
@@ -89,8 +93,11 @@ def _from_reports(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     if count / len(slow) < MIN_AGREEMENT:
         return []
     first, usual = next((s, u) for s, u in slow if s["subject_rank"] == culprit)
-    detail = (f"its time was {first['ms']:,.1f} ms against the median rank's {usual:,.1f} ms "
-              f"({first['ms'] / usual:.1f}x), slowest in {count} of {len(reports)} per-rank timing report(s)")
+    if first.get("ms") is not None:
+        figure = f"its time was {first['ms']:,.1f} ms against the median rank's {usual:,.1f} ms ({first['ms'] / usual:.1f}x)"
+    else:
+        figure = f"its performance score was {first['score']:.2f} against the median rank's {usual:.2f}"
+    detail = f"{figure}, slowest in {count} of {len(reports)} per-rank timing report(s)"
     return [{"rank": culprit, "ts": first["ts"], "file": first["file"], "line": first["line"], "culprit": True,
              "text": first["text"], "detail": detail,
              "confidence": round(min(0.8, 0.5 + 0.3 * count / len(reports)), 2)}]
