@@ -25,7 +25,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import __version__, catalog, engine, store, summary
+from . import __version__, calibration, catalog, engine, store, summary
 from . import discover as discovery
 from . import parsers as parser_package
 from . import signatures as signature_package
@@ -325,7 +325,7 @@ def ingest(
     con.execute("UPDATE runs SET fingerprint = ? WHERE run_id = ?", [run_fingerprint(found, signatures), run_id])
     sigs, broken = catalog.load_all(Path(signatures) if signatures else None)
     store.sandbox(con)  # signature SQL (the user's too) sees the run's tables and nothing else
-    findings = engine.match(con, run_id, sigs, broken)
+    findings = engine.match(con, run_id, sigs, broken, calibrate=_calibrator(con, run_id, sigs))
     for origin, why in broken:
         log.warning("signature %s skipped: %s", origin, why)
     store.append(con, "findings", run_id, summary.findings_frame([f.row() for f in findings]))
@@ -345,6 +345,21 @@ def exit_status(severities: list[str], fail_on: str = "error") -> int:
         raise PostmortemError(f"--fail-on must be one of {', '.join(catalog.SEVERITIES)}, not {fail_on!r}.")
     threshold = catalog.SEVERITIES.index(fail_on)
     return int(any(catalog.SEVERITIES.index(s) >= threshold for s in severities if s in catalog.SEVERITIES))
+
+
+def _calibrator(con: duckdb.DuckDBPyConnection, run_id: str, sigs: list[catalog.Signature]):
+    """Sets a finding's evidence kind and its confidence fitted on known scenarios (calibration.py)."""
+    kind_of = dict(con.execute("SELECT path, kind FROM files WHERE run_id = ? AND status = 'parsed'",
+                               [run_id]).fetchall())
+    table = calibration.load()
+    builtin = {s.id for s in sigs if s.origin == "built-in"}
+
+    def calibrate(finding: engine.Finding) -> None:
+        finding.evidence_kind = calibration.evidence_kind((e["file"] for e in finding.evidence), kind_of)
+        if finding.signature in builtin:  # a user's signature of the same id is not what was fitted
+            finding.confidence = calibration.fitted(table, finding.signature, finding.evidence_kind,
+                                                    finding.confidence)
+    return calibrate
 
 
 def analyze(path: str | Path, with_series: bool = False, **options) -> dict:
@@ -465,17 +480,35 @@ def evaluate(paths: list[str | Path]) -> list[dict]:
         benign = expected.get("root_cause") is None
         quiet_ok = not benign or not any(
             f["severity"] in ("warning", "error", "critical") for f in report["findings"])
-        root_ok = got["signature"] == expected.get("root_cause") and quiet_ok
+        guess_ok = got["signature"] == expected.get("root_cause") and quiet_ok
+        root_ok = guess_ok and not got.get("cannot_tell")  # "cannot tell: perhaps X" is not a verdict of X
         culprit_ok = sorted(got["culprit_ranks"] or []) == sorted(want_ranks) if want_ranks else None
         line_ok = _same_line(want_line, got.get("user_line")) if want_line else None
         rows.append({
             "scenario": scenario.name, "expected": expected.get("root_cause"), "found": got["signature"],
             "benign": benign, "expected_ranks": want_ranks, "found_ranks": got["culprit_ranks"],
             "user_line": want_line, "found_line": got.get("user_line"),
-            "root_ok": root_ok, "culprit_ok": culprit_ok, "line_ok": line_ok,
+            "guess_ok": guess_ok, "root_ok": root_ok, "culprit_ok": culprit_ok, "line_ok": line_ok,
             "ok": root_ok and culprit_ok is not False and line_ok is not False,
+            "confidence": got["confidence"], "evidence_kind": got.get("evidence_kind"),
+            "cannot_tell": got.get("cannot_tell", False),
         })
     return rows
+
+
+def fit_confidence(rows: list[dict], out: str | Path, corpus: list[str]) -> list[dict]:
+    """Write the calibration table fitted on ``evaluate``'s rows to ``out``; returns the
+    reliability table of the fit judged leave-one-out (each scenario by a fit without it).
+
+    A verdict is right when its signature is the expected one and, where the scenario names
+    culprits, so is its culprit set (a "cannot tell: perhaps X" is judged as X: the fit is of
+    how often X from such evidence is right); scenarios with no verdict teach nothing here."""
+    outcomes = [calibration.Outcome(r["scenario"], r["found"], r["evidence_kind"] or "text_log",
+                                    bool(r["guess_ok"] and r["culprit_ok"] is not False))
+                for r in rows if r["found"]]
+    Path(out).write_text(calibration.to_toml(calibration.tally(outcomes), corpus), encoding="utf-8")
+    own = {s.id: s.confidence for s in catalog.load_all()[0]}
+    return calibration.reliability(calibration.leave_one_out(outcomes, own))
 
 
 def eval_counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
@@ -522,3 +555,30 @@ def export(out: str | Path, db: str | Path | None = None) -> dict[str, int]:
     """Every run in the history as hive-partitioned Parquet under ``out``."""
     con = store.open_history(Path(db) if db else store.default_db_path())
     return store.export_parquet(con, Path(out))
+
+
+def ingest_node(path: str | Path, parquet: str | Path, job: str | None = None, node: str | None = None,
+                **options) -> tuple[str, str, str, dict[str, int]]:
+    """One node's logs of a multi-node job into the shared Parquet tree, as that node's partition
+    (job.ingest_node; ``options`` are db, keep, labels, limits, progress): (run id, job, node, rows)."""
+    from . import job as jobs
+
+    return jobs.ingest_node(path, parquet, job, node, **options)
+
+
+def analyze_job(parquet: str | Path, job_id: str, db: str | Path | None = None, keep: bool = True,
+                signatures: str | Path | None = None, fail_on: str = "error", nodes: list[str] | None = None,
+                with_series: bool = False) -> dict:
+    """Analyze a multi-node job from every node's partition of the Parquet tree (job.py): the same
+    report as ``analyze`` of one directory, with the job's nodes and clocks."""
+    from . import job as jobs
+
+    run_id = new_run_id()
+    con, assembled = jobs.analyze(parquet, job_id, run_id, signatures, fail_on, nodes,
+                                  calibrate=globals().get("_calibrator"))
+    if keep:
+        store.persist(con, Path(db) if db else store.default_db_path(), run_id)
+    report = jobs.report(con, run_id, assembled)
+    if with_series:
+        report["series"] = summary.series(con, run_id)
+    return report

@@ -47,6 +47,7 @@ class Signature:
     explains: list[str] = field(default_factory=list)  # symptoms this root cause accounts for
     references: list[str] = field(default_factory=list)
     replay: str | None = None
+    collect: list[str] = field(default_factory=list)  # evidence that would settle a verdict it cannot tell
 
 
 def parse_signature(text: str, origin: str) -> Signature:
@@ -77,7 +78,7 @@ def parse_signature(text: str, origin: str) -> Signature:
     if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
         raise ValueError("confidence must be a number from 0 to 1")
     lists = {}
-    for key in ("refines", "explains", "references"):
+    for key in ("refines", "explains", "references", "collect"):
         value = doc.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"{key} must be a list of strings")
@@ -88,12 +89,15 @@ def parse_signature(text: str, origin: str) -> Signature:
         summary=str(doc.get("summary", "")), remediation=remediation,
         limits=str(doc.get("limits", "")), references=lists["references"], replay=doc.get("replay"),
         confidence=float(confidence), refines=lists["refines"], explains=lists["explains"],
+        collect=lists["collect"],
     )
 
 
 def _builtin_files() -> list[tuple[str, str]]:
     root = resources.files("postmortem.signatures")
-    return sorted((p.name, p.read_text(encoding="utf-8")) for p in root.iterdir() if p.name.endswith(".toml"))
+    # calibration.toml beside them is the fitted confidence table (calibration.py), not a signature
+    return sorted((p.name, p.read_text(encoding="utf-8")) for p in root.iterdir()
+                  if p.name.endswith(".toml") and p.name != "calibration.toml")
 
 
 def load_all(extra: Path | None = None) -> tuple[list[Signature], list[tuple[str, str]]]:

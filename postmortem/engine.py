@@ -19,6 +19,7 @@ import logging
 import re
 import string
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import duckdb
@@ -46,12 +47,13 @@ class Finding:
     refines: list[str] = field(default_factory=list)
     explains: list[str] = field(default_factory=list)
     user_line: str | None = None  # the user's source line (file:line) the evidence names, where it names one
+    evidence_kind: str | None = None  # the strongest kind of file its evidence comes from (calibration.py)
 
     def row(self) -> dict:
         return {"signature": self.signature, "role": self.role, "severity": self.severity,
                 "confidence": round(self.confidence, 2), "ranks": self.ranks, "summary": self.summary,
                 "evidence": json.dumps(self.evidence, default=str), "remediation": self.remediation,
-                "user_line": self.user_line}
+                "user_line": self.user_line, "evidence_kind": self.evidence_kind}
 
 
 class _Template(string.Formatter):
@@ -190,8 +192,10 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
 
 
 def match(con: duckdb.DuckDBPyConnection, run_id: str, signatures: list[Signature],
-          problems: list[tuple[str, str]] | None = None) -> list[Finding]:
-    """Every signature that matches the run, ranked. A signature that fails is reported, not fatal."""
+          problems: list[tuple[str, str]] | None = None,
+          calibrate: Callable[[Finding], None] | None = None) -> list[Finding]:
+    """Every signature that matches the run, ranked. A signature that fails is reported, not fatal.
+    ``calibrate`` sets each finding's fitted confidence before the ranking reads it."""
     found = []
     with shared_results():
         for sig in signatures:
@@ -206,6 +210,8 @@ def match(con: duckdb.DuckDBPyConnection, run_id: str, signatures: list[Signatur
                 continue
             if rows:
                 found.append(to_finding(sig, rows))
+    for finding in found if calibrate else ():
+        calibrate(finding)
     return rank_findings(found)
 
 

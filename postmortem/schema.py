@@ -14,7 +14,7 @@ import polars as pl
 
 # The schema version of the history database. Bump it and add a step to
 # ``store.MIGRATIONS`` whenever a table below changes (a new column: ``ADDED_COLUMNS``).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # name -> [(column, DuckDB type, description)]
 TABLES: dict[str, list[tuple[str, str, str]]] = {
@@ -181,12 +181,14 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("evidence", "JSON", "[{rank, file, line, ts, text}]"),
         ("remediation", "VARCHAR", ""),
         ("user_line", "VARCHAR", "the user's own source line the finding names (file:line), where it names one"),
+        ("evidence_kind", "VARCHAR", "the strongest kind of file its evidence comes from: flight_recorder, pyspy, ..."),
     ],
 }
 
 # Columns added by a later schema version (always at their table's end, so rows keep their
 # column order): version -> (table, column). The first version's tables are the rest.
-ADDED_COLUMNS: dict[int, list[tuple[str, str]]] = {2: [("findings", "user_line")]}
+ADDED_COLUMNS: dict[int, list[tuple[str, str]]] = {2: [("findings", "user_line")],
+                                                   3: [("findings", "evidence_kind")]}
 
 # Views over the history, for SQL users and `postmortem history`. Hosts come from NCCL's
 # `host:pid:tid` headers (the worker's own hostname), else torchrun's failure table.

@@ -370,7 +370,40 @@ def _findings(con, run_id) -> list[dict]:
     for r in rows:
         r["evidence"] = json.loads(r["evidence"]) if r["evidence"] else []
         r.setdefault("user_line", None)  # a history of schema 1, opened read-only, has no such column
+        r.setdefault("evidence_kind", None)  # nor one of schema 2 this
     return rows
+
+
+# What to collect next when the logs cannot settle a verdict, by what the run lacks.
+_COLLECT_BY_KIND = {
+    "text_log": "each rank's own log: `torchrun --log-dir DIR --redirects 3 --tee 3` (or the launcher's per-rank "
+                "output), whole, not an excerpt",
+    "pyspy": "a stack of every rank while it is stuck: `py-spy dump --pid PID` for each rank's process, or run "
+             "the job under `postmortem watch`",
+    "flight_recorder": "the flight recorder: TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
+                       "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=DIR/nccl_trace_rank_",
+}
+
+
+def _cannot_tell(verdict: dict, kinds: set[str], ranked: bool) -> dict:
+    """Whether the verdict is too weakly supported to act on (its fitted confidence under
+    calibration.CANNOT_TELL: the report then says "cannot tell", not a guess), and what to
+    collect next: the weak verdict's signature's own list and the evidence sources the run
+    lacks; with no verdict, those sources when no rank is known (an excerpt)."""
+    from . import calibration, catalog
+
+    weak = verdict["confidence"] is not None and verdict["confidence"] < calibration.CANNOT_TELL
+    collect: list[str] = []
+    if weak:
+        sig = next((s for s in catalog.load_all()[0] if s.id == verdict["signature"]), None)
+        collect = list(sig.collect) if sig else []
+    # no verdict from logs that name no rank (an excerpt, one unattributed stdout): say what would tell
+    if weak or (not verdict["signature"] and not ranked):
+        lacking = {k for k in _COLLECT_BY_KIND if k not in kinds} | ({"text_log"} if not ranked else set())
+        collect += [what for kind, what in _COLLECT_BY_KIND.items() if kind in lacking and what not in collect]
+    if weak:
+        verdict = {**verdict, "summary": f"cannot tell: perhaps {verdict['summary']}"}
+    return {"summary": verdict["summary"], "cannot_tell": weak, "collect": collect}
 
 
 def report(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
@@ -385,12 +418,15 @@ def report(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     first = next((e for e in endings if e["ended"] != "no failure recorded"), None)
     if root:
         verdict = {"signature": root["signature"], "summary": root["summary"], "culprit_ranks": root["ranks"],
-                   "confidence": root["confidence"], "user_line": root["user_line"]}
+                   "confidence": root["confidence"], "user_line": root["user_line"],
+                   "evidence_kind": root["evidence_kind"]}
     else:
         verdict = {"signature": None,
                    "summary": (f"rank {first['rank']} ended first: {first['ended']}" if first
                                else "no failure found in the logs"),
-                   "culprit_ranks": [], "confidence": None, "user_line": None}
+                   "culprit_ranks": [], "confidence": None, "user_line": None, "evidence_kind": None}
+    verdict.update(_cannot_tell(verdict, {f["kind"] for f in files if f["status"] == "parsed"},
+                                bool(run["ranks_seen"])))
     return {
         "schema": REPORT_SCHEMA,
         "postmortem_version": __version__,

@@ -24,6 +24,17 @@ def scenario_names() -> list[str]:
     return sorted(p.parent.name for p in SAMPLES.glob("*/expected.json"))
 
 
+_EVALUATED: dict[Path, dict] = {}
+
+
+def evaluated(scenario: Path) -> dict:
+    """`postmortem eval`'s row for one scenario folder, computed once per test session (the
+    per-scenario tests and the calibration test judge the same verdicts)."""
+    if scenario not in _EVALUATED:
+        (_EVALUATED[scenario],) = api.evaluate([scenario])
+    return _EVALUATED[scenario]
+
+
 @pytest.fixture
 def sample():
     return sample_dir

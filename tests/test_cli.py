@@ -36,7 +36,9 @@ def test_analyze_json_has_the_report_keys(sample, history):
     report = json.loads(result.stdout)
     assert report["schema"] == "postmortem.report/1"
     assert {"run_id", "source_dir", "world_size", "ranks_seen", "verdict", "findings", "files"} <= set(report)
-    assert set(report["verdict"]) == {"signature", "summary", "culprit_ranks", "confidence", "user_line"}
+    assert set(report["verdict"]) == {"signature", "summary", "culprit_ranks", "confidence", "user_line",
+                                      "evidence_kind", "cannot_tell", "collect"}
+    assert report["verdict"]["evidence_kind"] == "text_log" and not report["verdict"]["cannot_tell"]
     assert report["world_size"] == 2 and report["ranks_seen"] == [0, 1]
     assert report["ranks"][0]["rank"] == 1 and "SIGKILL" in report["ranks"][0]["ended"]
 

@@ -11,7 +11,7 @@ from postmortem import api, catalog, engine
 from postmortem.cli import app
 from postmortem.errors import PostmortemError
 
-from .conftest import sample_dir, scenario_names
+from .conftest import evaluated, sample_dir, scenario_names
 
 MINIMAL = """
 id = "{id}"
@@ -122,7 +122,7 @@ RECOGNISED = {s.id for s in catalog.load_all()[0]}
 def test_eval_verdict_is_right_for_every_scenario(name):
     """`postmortem eval`'s own comparison, per scenario: the verdict's signature, its culprit
     ranks and the user's source line; a healthy run has nothing at warning or above."""
-    (row,) = api.evaluate([sample_dir(name)])
+    row = evaluated(sample_dir(name))
     assert row["expected"] is None or row["expected"] in RECOGNISED, "a scenario whose root cause has no signature"
     assert row["ok"], row
 

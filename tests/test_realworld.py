@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from postmortem import api, catalog
+from postmortem import catalog
+
+from .conftest import evaluated
 
 CORPUS = Path(__file__).resolve().parent / "realworld"
 CASES = sorted(p.parent.name for p in CORPUS.glob("*/expected.json"))
@@ -46,7 +48,7 @@ def test_every_case_names_its_public_source_and_a_known_signature():
 
 @pytest.mark.parametrize("case", CASES)
 def test_the_verdict_on_a_real_world_case_is_what_its_thread_establishes(case):
-    (row,) = api.evaluate([CORPUS / case])
+    row = evaluated(CORPUS / case)
     if case in MISSES:
         assert not row["ok"], f"{case} is right now: take it off KNOWN_MISSES.txt"
     else:
