@@ -6,9 +6,21 @@ which yields ``(table, polars.DataFrame)`` pairs whose columns are the table's
 that claims a file parses it. Parsers know nothing of signatures or of the CLI.
 """
 
-from . import error_file, flight_recorder, memory_snapshot, profiler, pyspy, textlog, torch_trace
+from . import (
+    error_file,
+    flight_recorder,
+    hf_trainer_state,
+    memory_snapshot,
+    metrics_csv,
+    profiler,
+    pyspy,
+    textlog,
+    torch_trace,
+)
 
 # Most specific first: every text format would also pass the text sniffer.
 # The profiler comes before the flight recorder: a Kineto trace's distributedInfo holds a
 # "pg_config" too.
-FILE_PARSERS = (error_file, profiler, flight_recorder, memory_snapshot, pyspy, torch_trace, textlog)
+# A trainer state and a metrics CSV are text too.
+FILE_PARSERS = (error_file, profiler, flight_recorder, memory_snapshot, pyspy, torch_trace, hf_trainer_state,
+                metrics_csv, textlog)

@@ -42,11 +42,12 @@ _ANSI = r"\x1b\[[0-9;]*m"
 # Every line a figure is read from matches this (a key of _GENERIC, Megatron's "memory (MB) |",
 # torchtitan's "memory:", DeepSpeed's "MA 1.2 GB", a summary, an OOM); NCCL's "via P2P/CUMEM" doesn't.
 _PREFILTER = (r"(?i)mem(?:ory)?[_ -]?(?:alloc|res|cached|max|peak)|(?:max|peak)[_ -]?(?:gpu[_ -])?mem|memory \(|"
-              r"memory:|memory summary|out of memory|\bMA \d")
+              r"memory:|memory summary|out of memory|\bMA \d|(?:allocated|reserved|cached)\s*[:=]\s*\d[\d.]*\s*[KMGT]i?B|"
+              r"\d+MiB\s*/\s*\d+MiB")
 _NUM = r"(?<v>\d+(?:\.\d+)?)"
 _UNIT_WORD = r"mb|mib|gb|gib|kb|kib|tb|tib|bytes|megabytes|gigabytes"
 _UNIT_SYM = r"[KMGT]i?B|bytes|B"
-_TAIL = (rf"(?:[_ -](?<u1>{_UNIT_WORD}))?(?:\(\))?(?:\s*\((?<u2>{_UNIT_SYM})\))?['\"]?\s*[:=]?\s*{_NUM}"
+_TAIL = (rf"(?:[_ -](?<u1>{_UNIT_WORD}))?(?:\(\d*\))?(?:\s*\((?<u2>{_UNIT_SYM})\))?['\"]?\s*[:=]?\s*{_NUM}"
          rf"\s*(?<u3>{_UNIT_SYM})?\b")
 
 
@@ -69,8 +70,20 @@ _GENERIC = {
 }
 _MEGATRON = (
     r"memory \((?<u>[KMGT]i?B)\) \| allocated: (?<a>[\d.]+) \| max allocated: (?<ma>[\d.]+) \| "
-    r"reserved: (?<r>[\d.]+) \| max reserved: (?<mr>[\d.]+)"
+    r"(?:reserved|cached): (?<r>[\d.]+) \| max (?:reserved|cached): (?<mr>[\d.]+)"
 )
+# A bare "allocated: 31894.55 MB, reserved: 58676.00 MB" (a user's own print): the name alone is
+# memory-ish only with a byte unit after the figure, and only first in a line or after a
+# separator, so Megatron's "| max allocated:" is not read as a current figure.
+_BARE = {"allocated": r"(?i)(?:^|[,|;]|\]:?)\s*allocated\s*[:=]\s*(?<v>\d+(?:\.\d+)?)\s*(?<u>[KMGT]i?B)\b",
+         "reserved": r"(?i)(?:^|[,|;]|\]:?)\s*(?:reserved|cached)\s*[:=]\s*(?<v>\d+(?:\.\d+)?)\s*(?<u>[KMGT]i?B)\b"}
+# torch.cuda.memory_allocated(0): the device the call names
+_CALL_DEVICE = r"(?i)mem(?:ory)?_(?:allocated|reserved|cached)\((\d+)\)"
+# nvidia-smi's table ("|  0%   31C    P0    70W /  300W |   3446MiB /  46068MiB |") and a line that
+# names nvidia-smi's figure ("nvidia-smi GPU-1 memory (MB) 1494"): the device's used memory,
+# the allocator's reserve plus the CUDA context and every other library's memory.
+_SMI_TABLE = r"\|\s*(?<used>\d+)MiB\s*/\s*(?<total>\d+)MiB\s*\|"
+_SMI_NAMED = r"(?i)nvidia-smi\b.*?(?:GPU[- ]?(?<dev>\d+)\b.*?)?memory \((?<u>[KMGT]i?B)\)\s*[:=]?\s*(?<v>\d+(?:\.\d+)?)\s*$"
 _MEGATRON_STEP = r"\(after (\d+) iterations?\)"
 _LINE_RANK = r"^\[[Rr]ank[ :]?(\d+)\]"  # Megatron's "[Rank 4]", a logging format's "[rank0]"
 _DEEPSPEED = (
@@ -114,9 +127,17 @@ def _figures() -> tuple[pl.Expr, ...]:
     mega = extract_groups("clean", _MEGATRON)
     ds = extract_groups("clean", _DEEPSPEED)
     titan = extract_groups("clean", _TORCHTITAN)
-    m = lambda f: mega.struct.field(f)  # noqa: E731
-    d = lambda f: ds.struct.field(f)  # noqa: E731
+    smi_table = extract_groups("clean", _SMI_TABLE)
+    smi_named = extract_groups("clean", _SMI_NAMED)
+    m = lambda f: mega.struct.field(f)
+    d = lambda f: ds.struct.field(f)
+    bare = {f: extract_groups("clean", p) for f, p in _BARE.items()}
     return (
+        *(_bytes(g.struct.field("v"), g.struct.field("u")).alias(f"b_{f}") for f, g in bare.items()),
+        pl.coalesce(_bytes(smi_table.struct.field("used"), pl.lit("MiB")),
+                    _bytes(smi_named.struct.field("v"), smi_named.struct.field("u"))).alias("smi_used"),
+        pl.coalesce(smi_named.struct.field("dev"), pl.col("clean").str.extract(_CALL_DEVICE, 1))
+        .cast(pl.Int32, strict=False).alias("_device"),
         *(_generic(f, p) for f, p in _GENERIC.items()),
         _bytes(m("a"), m("u")).alias("m_a"), _bytes(m("ma"), m("u")).alias("m_ma"),
         _bytes(m("r"), m("u")).alias("m_r"), _bytes(m("mr"), m("u")).alias("m_mr"),
@@ -141,16 +162,29 @@ def _series_rows(own: pl.DataFrame) -> pl.DataFrame:
         "file",
         pl.coalesce("rank", "_line_rank").alias("rank"),
         pl.col("ts_ff").alias("ts"),
-        "step",
+        pl.coalesce("_given_step", "step").alias("step") if "_given_step" in lines.columns else "step",
         "line_no",
-        pl.coalesce("m_a", "d_a", "allocated").alias("allocated"),
-        pl.coalesce("m_r", "d_r", "reserved").alias("reserved"),
+        pl.col("_device").alias("device"),
+        pl.coalesce("m_a", "d_a", "allocated", "b_allocated").alias("allocated"),
+        pl.coalesce("m_r", "d_r", "reserved", "b_reserved").alias("reserved"),
         pl.coalesce("m_ma", "d_ma", "peak_allocated").alias("peak_allocated"),
         pl.coalesce("m_mr", "d_mr", "t_mr", "peak_reserved").alias("peak_reserved"),
-    ).filter(
-        pl.any_horizontal(pl.col("allocated", "reserved", "peak_allocated", "peak_reserved").is_not_null())
+        "smi_used",
     )
-    return conform("memory", rows.with_columns(pl.lit("log").alias("source")))
+    logged = rows.filter(
+        pl.any_horizontal(pl.col("allocated", "reserved", "peak_allocated", "peak_reserved").is_not_null())
+    ).with_columns(pl.lit("log").alias("source"))
+    # nvidia-smi's used memory is the device's, not the allocator's: its own source, in ``reserved``
+    smi = rows.filter(pl.col("smi_used").is_not_null() & pl.col("reserved").is_null()).with_columns(
+        pl.col("smi_used").alias("reserved"), pl.lit("nvidia-smi").alias("source"))
+    return conform("memory", pl.concat([logged, smi]))
+
+
+def figures_from_messages(msgs: pl.DataFrame) -> pl.DataFrame:
+    """Memory rows from messages that are not a text log's lines (a trainer state's entries, a
+    metrics file's rows): columns file, rank, ts_ff, line_no, msg and step (the record's own step,
+    taken before one the message names)."""
+    return _series_rows(msgs.rename({"step": "_given_step"}))
 
 
 def _oom_rows(own: pl.DataFrame) -> pl.DataFrame:

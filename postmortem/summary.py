@@ -345,7 +345,11 @@ def _in_time_order(endings: list[dict]) -> list[dict]:
             if causes:
                 key = max(key, min(causes))
         e["_key"] = (key, e["consequence"])
-    ordered = sorted(failed, key=lambda e: e["_key"]) + [e for e in endings if e not in failed]
+    # Untimed ends (one console, no timestamps) keep their order, but one that blames a peer
+    # comes after those that do not: a consequence cannot precede its cause.
+    untimed = sorted((e for e in endings if e not in failed),
+                     key=lambda e: (e["ended"] == "no failure recorded", e["consequence"]))
+    ordered = sorted(failed, key=lambda e: e["_key"]) + untimed
     for e in ordered:
         for private in ("_key", "_upper"):
             e.pop(private, None)

@@ -6,7 +6,12 @@ step, the last sample of the step (what the step left behind). The slope is Thei
 (the median of the pairwise slopes), so a warm-up jump at step 0 (optimizer state) or a
 one-off spike does not make a trend; R^2 says how well a straight line explains the series.
 A leak is a slope that grew the series by at least ``MIN_GROWTH`` of its start and
-``MIN_GROWTH_BYTES`` over the steps seen, with R^2 >= ``MIN_R2``. Steps to OOM are the
+``MIN_GROWTH_BYTES`` over the steps seen, with R^2 >= ``MIN_R2``, over ``MIN_POINTS`` points; a
+shorter series of ``FEW_POINTS`` counts only when every point is above the one before and the
+last is ``FEW_POINTS_GROWTH`` times the first (a warm-up settles after a step or two; this does
+not). A series whose lines name no step (``report_memory()`` printed once per step) is ordered by
+its lines in its file; a log that names no rank at all is one process's, and its series counts as
+that process's (rank NULL). Steps to OOM are the
 headroom left at the last step over the slope, the limit being the OOM message's
 "allowed" (set_per_process_memory_fraction) or the GPU's capacity.
 """
@@ -14,12 +19,15 @@ headroom left at the last step over the slope, the limit being the OOM message's
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from statistics import median
 
 import duckdb
 
 MIN_POINTS = 5
 MIN_STEPS = 4
+FEW_POINTS = 4
+FEW_POINTS_GROWTH = 2.0
 MIN_GROWTH = 0.10
 MIN_GROWTH_BYTES = 32 << 20
 MIN_R2 = 0.8
@@ -50,16 +58,27 @@ def _series(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, list[dict]
     """rank -> candidate series: one point per step (the step's last sample)."""
     rows = con.execute(
         """
-        WITH s AS (
-            SELECT rank, source, coalesce(device, 0) AS device, step,
+        WITH m AS (
+            SELECT * FROM memory
+            WHERE run_id = $1 AND site IS NULL AND source IN ('log', 'profiler', 'snapshot')
+              AND coalesce(allocated, peak_allocated, reserved, peak_reserved) IS NOT NULL
+              -- rank-less rows are one process's only when no row names a rank
+              AND (rank IS NOT NULL OR NOT EXISTS (
+                    SELECT 1 FROM memory WHERE run_id = $1 AND rank IS NOT NULL))
+        ),
+        s AS (
+            SELECT rank, source, coalesce(device, 0) AS device,
+                   -- lines that name no step are steps in their file's order
+                   coalesce(step, CASE WHEN count(step) OVER w = 0 THEN row_number() OVER (w ORDER BY line_no) - 1 END)
+                       AS step,
                    coalesce(allocated, peak_allocated, reserved, peak_reserved) AS value,
                    CASE WHEN allocated IS NOT NULL THEN 'allocated'
                         WHEN peak_allocated IS NOT NULL THEN 'peak_allocated'
                         WHEN reserved IS NOT NULL THEN 'reserved' ELSE 'peak_reserved' END AS what,
                    ts, file, line_no
-            FROM memory
-            WHERE run_id = $1 AND rank IS NOT NULL AND site IS NULL AND source IN ('log', 'profiler', 'snapshot')
-              AND coalesce(allocated, peak_allocated, reserved, peak_reserved) IS NOT NULL
+            FROM m
+            WINDOW w AS (PARTITION BY file, rank, source, coalesce(device, 0),
+                         allocated IS NULL, peak_allocated IS NULL, reserved IS NULL)
         )
         SELECT rank, source, device, what, step,
                arg_max(value, (coalesce(ts, TIMESTAMP '1970-01-01'), coalesce(line_no, 0))) AS value,
@@ -80,9 +99,16 @@ def _series(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, list[dict]
     return by_rank
 
 
+def _few_but_steep(points: list[dict]) -> bool:
+    """A short series that rises at every point and multiplies: no warm-up looks like that."""
+    ys = [p["value"] for p in points]
+    return (len(ys) >= FEW_POINTS and all(b > a for a, b in pairwise(ys))
+            and ys[-1] >= FEW_POINTS_GROWTH * max(ys[0], 1))
+
+
 def _best(candidates: list[dict]) -> dict | None:
-    usable = [s for s in candidates if len(s["points"]) >= MIN_POINTS
-              and s["points"][-1]["step"] - s["points"][0]["step"] >= MIN_STEPS]
+    usable = [s for s in candidates if (len(s["points"]) >= MIN_POINTS
+              and s["points"][-1]["step"] - s["points"][0]["step"] >= MIN_STEPS) or _few_but_steep(s["points"])]
     if not usable:
         return None
     return min(usable, key=lambda s: (s["device"] == -1, _SOURCE_ORDER.get(s["source"], 9),

@@ -1,0 +1,83 @@
+"""Per-step metrics CSV files (Lightning's ``CSVLogger`` ``metrics.csv``) into ``events`` and ``memory``.
+
+``CSVLogger`` (lightning 2.6.6, ``lightning/fabric/loggers/csv_logs.py``) writes one row per
+logged step with a header of every metric name seen, empty where a row lacks one; a NaN is
+written as ``nan``. Real lines (this project's sample_logs/lightning_non_finite_loss,
+``lightning_logs/version_0/metrics.csv``):
+
+    epoch,step,train_loss
+    0,3,10.485387802124023
+    0,4,nan
+
+Each row becomes one ``train_metrics`` event whose message names every non-empty cell by its
+column (``epoch=0, step=4, train_loss=nan``), with ``step`` in ``attrs``; a column with a
+memory-ish name (``gpu_mem_alloc_mb``) gives memory rows through ``memory.figures_from_messages``.
+The file is written by rank 0 only (Lightning's loggers are rank-zero-only) and a logged value
+may be the mean over the ranks (``sync_dist=True``): its rows name no rank. A file is a metrics
+CSV by content: a header of metric names with a step column, and numbers under it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import polars as pl
+
+from postmortem.schema import conform
+
+from . import memory
+from .lines import open_binary
+from .source import Source
+
+KIND = "metrics_csv"
+MAX_BYTES = 256 << 20
+_STEP_COLUMNS = ("step", "global_step", "trainer/global_step", "iteration")
+_NAME = re.compile(r"^[A-Za-z_][\w./\-@ ()\[\]]*$")
+_CELL = re.compile(r"^(?:|[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf|infinity|NaN|Inf|-?Infinity))$")
+
+
+def _header_and_row(head: bytes) -> tuple[list[str], list[str]] | None:
+    lines = head.decode("utf-8", errors="replace").splitlines()
+    if len(lines) < 2:
+        return None
+    return [c.strip() for c in lines[0].split(",")], [c.strip() for c in lines[1].split(",")]
+
+
+def sniff(head: bytes, name: str) -> bool:
+    got = _header_and_row(head[:8192])
+    if got is None:
+        return False
+    header, row = got
+    return (len(header) >= 2 and len(row) == len(header) and any(c in _STEP_COLUMNS for c in header)
+            and all(_NAME.match(c) for c in header) and all(_CELL.match(c) for c in row))
+
+
+def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
+    with open_binary(source.path) as fh:
+        data = fh.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        source.notes.append(f"larger than {MAX_BYTES} bytes: only its first {MAX_BYTES} read")
+        data = data[:data.rfind(b"\n", 0, MAX_BYTES) + 1]
+    table = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True)
+    source.lines = table.height + 1
+    step_col = next(c for c in table.columns if c in _STEP_COLUMNS)
+    cells = [pl.when(pl.col(c).is_not_null() & (pl.col(c) != "")).then(pl.format(f"{c}={{}}", pl.col(c)))
+             for c in table.columns]
+    step = pl.col(step_col).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
+    rows = table.with_row_index("line_no", offset=2).select(
+        pl.lit(source.name).alias("file"),
+        pl.lit(None, pl.Int32).alias("rank"),
+        pl.lit(None, pl.Datetime("us")).alias("ts"),
+        pl.col("line_no").cast(pl.Int64),
+        pl.lit("I").alias("level"),
+        pl.lit("metrics_csv").alias("source"),
+        pl.lit("train_metrics").alias("kind"),
+        pl.concat_str(cells, separator=", ", ignore_nulls=True).alias("message"),
+        pl.format('{{"step": {}}}', step.cast(pl.String).fill_null("null")).alias("attrs"),
+        step.alias("step"),
+    )
+    yield "events", conform("events", rows)
+    msgs = rows.select("file", "rank", pl.col("ts").alias("ts_ff"), "line_no", pl.col("message").alias("msg"), "step")
+    yield "memory", memory.figures_from_messages(msgs)
+

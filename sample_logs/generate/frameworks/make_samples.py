@@ -1,0 +1,126 @@
+"""Run the framework samples for real and write each one's folder under sample_logs/.
+
+    /work/venvs/fw/bin/python sample_logs/generate/frameworks/make_samples.py [--only NAME,...]
+
+Run it with a Python that has torch, lightning and transformers (its own venv:
+``python3 -m venv fw && fw/bin/pip install torch==2.13.0 lightning transformers accelerate``).
+Each scenario's launcher runs from the repository root with ``OMP_NUM_THREADS=1``; its stdout and
+stderr go to ``<scenario>/console.log`` as one terminal would show them, and the framework writes
+its own files under ``<scenario>/out/``. Nothing is edited afterwards. ``expected.json`` holds the
+verdict a correct analyzer should reach, the planted line (found from its ``# PLANTED(<scenario>)``
+comment, never typed in), how the run ended and what really happened (``note``).
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+LIGHTNING = HERE / "lightning_train.py"
+HF = HERE / "hf_trainer_train.py"
+
+SCENARIOS = {
+    "lightning_non_finite_loss": {
+        "script": LIGHTNING,
+        "cmd": [sys.executable, str(LIGHTNING)],
+        "launcher": "Lightning's own DDP launcher (Trainer(strategy='ddp', devices=2) re-runs the script for rank 1)",
+        "planted": "step 4: a corrupt record: one NaN feature in rank 1's batch (corrupt); training goes on",
+        "root_cause": "non-finite-loss", "culprit_ranks": None, "user_line_is_planted": False,
+        "note": ("As planned: metrics.csv (written by rank 0; train_loss logged with sync_dist=True, the mean over the "
+                 "ranks) has a finite train_loss at steps 0-3 and nan from step 4 to the end, and the console's progress "
+                 "bar ends 'train_loss: nan'; exit 0. Nothing in the logs says which rank's batch was bad (Lightning's "
+                 "loggers and progress bar are rank 0's), so no culprit is expected."),
+    },
+    "lightning_rank_exception": {
+        "script": LIGHTNING,
+        "cmd": [sys.executable, str(LIGHTNING)],
+        "launcher": "Lightning's own DDP launcher (Trainer(strategy='ddp', devices=2) re-runs the script for rank 1)",
+        "planted": "step 4: rank 1 raises ValueError in check_batch",
+        "root_cause": "rank-crash", "culprit_ranks": [1], "user_line_is_planted": True,
+        "note": ("As planned: rank 1's ValueError traceback (torch prefixes it [rank1]:) ends in check_batch; rank 0, "
+                 "in the barrier of its self.log(sync_dist=True) reduction, fails with gloo's 'Connection closed by "
+                 "peer' after it in the same console; Lightning's launcher exits 1. No line carries a timestamp: "
+                 "the console's order is the only clock."),
+    },
+    "hf_trainer_non_finite_loss": {
+        "script": HF,
+        "cmd": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(HF)],
+        "launcher": "torchrun --nproc-per-node 2 (no --log-dir: one console), HF Trainer on accelerate",
+        "planted": "step 4: a corrupt record: one NaN feature in rank 1's batch (Collator.corrupt); training goes on",
+        "root_cause": "non-finite-loss", "culprit_ranks": None, "user_line_is_planted": False,
+        "note": ("The Trainer's logging_nan_inf_filter (on by default) hides the NaN loss: the logged loss stays "
+                 "finite at step 4 and is 0 from step 5 on, while grad_norm is nan from step 4 to the end, in the "
+                 "console's log dicts (printed as strings by transformers 5) and in trainer_state.json's log_history. Both are rank "
+                 "0's view of all-reduced figures, so no culprit is expected; exit 0."),
+    },
+}
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def planted_line(script: Path, name: str) -> str:
+    lines = script.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if f"# PLANTED({name})" in line)
+    return f"{script.name}:{at + 2}"  # the line after the marker (1-based)
+
+
+def run(name: str, spec: dict, out_root: Path) -> None:
+    folder = out_root / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    args = [*spec["cmd"], "--scenario", name, "--out", str(folder / "out")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    start = time.monotonic()
+    with open(folder / "console.log", "wb") as console:
+        proc = subprocess.run(args, check=False, cwd=REPO, env=env, stdout=console, stderr=subprocess.STDOUT, timeout=600)
+    wall = time.monotonic() - start
+    planted = planted_line(spec["script"], name)
+    expected = {
+        "scenario": name,
+        "signatures": [spec["root_cause"]],
+        "root_cause": spec["root_cause"],
+        "culprit_ranks": spec["culprit_ranks"],
+        "user_line": planted if spec["user_line_is_planted"] else None,
+        "planted_line": planted,
+        "backend": "gloo",
+        "device": "cpu",
+        "world_size": 2,
+        "exit": f"launcher exit {proc.returncode}",
+        "planted": spec["planted"],
+        "framework_launcher": spec["launcher"],
+        "torch": version("torch"),
+        "frameworks": {p: version(p) for p in ("lightning", "transformers", "accelerate")},
+        "hardware": f"CPU only, {os.cpu_count()} cores ({cpu_name()})",
+        "wall_s": round(wall, 1),
+        "regenerate": f"python sample_logs/generate/frameworks/make_samples.py --only {name}",
+        "note": spec["note"],
+    }
+    (folder / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
+    print(f"{name}: exit {proc.returncode} in {wall:.1f} s", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", help="comma-separated scenario names (default: all)")
+    ap.add_argument("--out", default=str(REPO / "sample_logs"))
+    a = ap.parse_args()
+    names = a.only.split(",") if a.only else list(SCENARIOS)
+    for name in names:
+        run(name, SCENARIOS[name], Path(a.out))
+
+
+if __name__ == "__main__":
+    main()
