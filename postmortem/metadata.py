@@ -22,6 +22,7 @@ SCHEDULER_VARIABLES = {
     "SLURM_NODELIST": "nodelist",
     "SLURM_CLUSTER_NAME": "cluster",
     "SLURM_JOB_PARTITION": "partition",
+    "SLURMD_NODENAME": "node",  # the node an epilog runs on: its partition of a multi-node job
     "TORCHELASTIC_RUN_ID": "torchelastic_run_id",
     "PYTORCHJOB_NAME": "job_name",  # set from the PyTorchJob's name by our Kubernetes recipe
     "POD_NAMESPACE": "namespace",

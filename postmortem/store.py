@@ -11,6 +11,9 @@ This is the only module that writes a database.
 from __future__ import annotations
 
 import os
+import re
+import secrets
+import shutil
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -238,18 +241,30 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: Path, run_id: str | None
     return written
 
 
+def _parquet_files_sql(root: Path, table: str, patterns: list[str]) -> str | None:
+    """A SELECT over the table's Parquet files under ``root`` matching each depth of ``patterns``
+    that has files (None when none has): a tree holds whole runs (date=/job=/) beside nodes'
+    rows of a multi-node job (date=/job=/node=/), and DuckDB reads one partition depth per scan."""
+    scans = []
+    for pattern in patterns:
+        if next(iter((root / table).glob(pattern)), None) is not None:
+            glob = str(root / table / pattern).replace("'", "''")
+            scans.append(f"SELECT * FROM read_parquet('{glob}', hive_partitioning = true, union_by_name = true, "
+                         "hive_types_autocast = false)")
+    return " UNION ALL BY NAME ".join(scans) or None
+
+
 def parquet_history(root: Path) -> duckdb.DuckDBPyConnection:
-    """An in-memory connection whose tables and views read a Parquet tree written by export_parquet."""
+    """An in-memory connection whose tables and views read a Parquet tree written by export_parquet
+    (and by export_node: a multi-node job's nodes, each a run of its own here)."""
     if not root.is_dir():
         raise PostmortemError(f"No such directory: {root}")
     con = duckdb.connect()
     found = 0
     for table in TABLES:
-        files = list((root / table).glob("**/*.parquet"))
-        if files:
-            glob = str(root / table / "**" / "*.parquet").replace("'", "''")
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{glob}', hive_partitioning = true, "
-                        "union_by_name = true)")
+        scan = _parquet_files_sql(root, table, ["date=*/job=*/*.parquet", "date=*/job=*/node=*/*.parquet"])
+        if scan:
+            con.execute(f"CREATE VIEW {table} AS {scan}")
             found += 1
         else:
             con.execute(ddl(table))
@@ -257,4 +272,67 @@ def parquet_history(root: Path) -> duckdb.DuckDBPyConnection:
         raise PostmortemError(f"{root} holds no postmortem Parquet tables (runs/, events/, ...).")
     for statement in view_ddl():
         con.execute(statement)
+    return sandbox(con, allowed=root)
+
+
+def partition_value(value: str) -> str:
+    """A job id or node name as it is spelled in a partition directory (job=…, node=…): letters,
+    digits, '.', '_' and '-' kept, anything else '_' (a path separator in an id must not nest)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", value) or "_"
+
+
+def export_node(con: duckdb.DuckDBPyConnection, root: Path, run_id: str, job: str, node: str) -> dict[str, int]:
+    """Write one node's run of a multi-node job as ROOT/<table>/date=…/job=JOB/node=NODE/rows.parquet,
+    replacing whatever this node wrote for this job before, on any date: an epilog run twice
+    leaves one copy. The new files are written aside first (ROOT/.incoming-…) and moved into
+    place, so a reader sees the node's old rows or its new ones, table by table, never half a file."""
+    job, node = partition_value(job), partition_value(node)
+    date = con.execute("SELECT strftime(analyzed_at, '%Y-%m-%d') FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0]
+    aside = root / f".incoming-job={job}-node={node}-{secrets.token_hex(4)}"
+    written: dict[str, int] = {}
+    writer = duckdb.connect()
+    try:
+        for table in TABLES:
+            count = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchall()[0][0]
+            if not count:
+                continue
+            (aside / table).mkdir(parents=True)
+            target = str(aside / table / "rows.parquet").replace("'", "''")
+            writer.register("_rows", _rows_of(con, table, run_id))
+            writer.execute(f"COPY (SELECT * FROM _rows) TO '{target}' (FORMAT PARQUET)")
+            writer.unregister("_rows")
+            written[table] = count
+        for table in TABLES:
+            for old in (root / table).glob(f"date=*/job={job}/node={node}"):
+                shutil.rmtree(old)
+            if table in written:
+                place = root / table / f"date={date}" / f"job={job}" / f"node={node}"
+                place.parent.mkdir(parents=True, exist_ok=True)
+                (aside / table).rename(place)
+    finally:
+        writer.close()
+        shutil.rmtree(aside, ignore_errors=True)
+    return written
+
+
+def job_nodes(root: Path, job: str) -> list[str]:
+    """The nodes that wrote rows of ``job`` under ``root`` (export_node), by name."""
+    job = partition_value(job)
+    return sorted({p.name.removeprefix("node=") for p in (root / "runs").glob(f"date=*/job={job}/node=*")
+                   if any(p.glob("*.parquet"))})
+
+
+def job_tables(root: Path, job: str) -> duckdb.DuckDBPyConnection:
+    """A sandboxed connection (it reads only under ``root``) whose tables are every node's rows of
+    ``job``, read in place from the Parquet files, each row with its ``node`` (and ``date``, ``job``)."""
+    job = partition_value(job)
+    con = duckdb.connect()
+    for table in TABLES:
+        scan = _parquet_files_sql(root, table, [f"date=*/job={job}/node=*/*.parquet"])
+        if scan is None:  # no node had rows of this table: empty, with the partition columns
+            con.execute(ddl(table))
+            scan = f"SELECT *, NULL::VARCHAR AS date, NULL::VARCHAR AS job, NULL::VARCHAR AS node FROM {table}"
+            con.execute(f"ALTER TABLE {table} RENAME TO _empty_{table}")
+            scan = scan.replace(f"FROM {table}", f"FROM _empty_{table}")
+        con.execute(f"CREATE VIEW {table} AS {scan}")
     return sandbox(con, allowed=root)

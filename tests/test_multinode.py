@@ -1,0 +1,285 @@
+"""Multi-node jobs: every node ingests its own logs into one Parquet tree, and the job is analyzed
+from there (`ingest DIR --parquet ROOT --job ID --node NAME`, `analyze --parquet ROOT --job ID`).
+
+Each real multi-rank sample is laid out as a multi-node job keeps its logs: its files are copied,
+unedited and at their own relative paths, into one folder per node, each rank's files (logs,
+flight-recorder dumps, py-spy dumps, traces) on the node that holds the rank, ranks in blocks
+(0-1 on the first node, ...). Files that speak for no single rank (torchrun's console, with every
+rank's lines and the agent's) go to the first node whole, as a scheduler's merged job output does.
+
+The clock-skew tests shift one node's clock: every timestamp in its files (log headers in both
+glog and Python-logging form, torchrun's failure table, torchelastic's error.json, the
+flight-recorder dumps' *_ns times) is moved by the same number of seconds, as a host whose clock is
+that far off would have printed them. The shift is the test's; nothing else in the files changes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+import re
+import shutil
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from postmortem.parsers import pickles
+
+from postmortem import api, discover
+
+from .conftest import sample_dir, scenario_names
+
+CRASH_OR_HANG = {"rank-crash", "native-crash", "collective-hang", "collective-mismatch", "timeout-misconfigured",
+                 "collective-timeout"}
+
+
+def _ranks_of(sample: Path) -> list[int]:
+    return sorted({s.rank for s in discover.discover(sample).sources if s.rank is not None})
+
+
+def _multi_rank(names: list[str]) -> list[str]:
+    return [n for n in names if len(_ranks_of(sample_dir(n))) >= 2]
+
+
+MULTI_RANK = _multi_rank(scenario_names())
+
+
+def _expected(name: str) -> dict:
+    return json.loads((sample_dir(name) / "expected.json").read_text())
+
+
+def split_into_nodes(sample: Path, out: Path, nodes: int) -> dict[str, list[int]]:
+    """Copy a sample's files into ``nodes`` node folders (gpu-00, gpu-01, ...), ranks in blocks.
+    Returns each node's ranks."""
+    ranks = _ranks_of(sample)
+    per_node = -(-len(ranks) // nodes)
+    node_of = {r: f"gpu-{i // per_node:02d}" for i, r in enumerate(ranks)}
+    first = "gpu-00"
+    for source in discover.discover(sample).sources:
+        if source.name == "expected.json":
+            continue  # the scenario's answer, not one of the job's files
+        target = out / node_of.get(source.rank, first) / source.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(sample / source.name, target)
+    return {n: [r for r in ranks if node_of[r] == n] for n in sorted(set(node_of.values()))}
+
+
+# The timestamps a skewed host prints, in the forms the samples hold them.
+GLOG = re.compile(rb"(?m)(^|\]:|\[)([IWEFVD])(\d\d)(\d\d) (\d\d:\d\d:\d\d)\.(\d+)")
+ISO = re.compile(rb"(\d{4}-\d\d-\d\d)([ T_])(\d\d:\d\d:\d\d)(?:([,.])(\d+))?")
+EPOCH_S = re.compile(rb'("timestamp": ")(\d{9,11})(")')
+
+
+def _shift_text(data: bytes, seconds: float, year: int) -> bytes:
+    delta = timedelta(seconds=seconds)
+
+    def glog(m: re.Match) -> bytes:
+        frac = m[6].decode()
+        when = datetime.strptime(f"{year}{m[3].decode()}{m[4].decode()} {m[5].decode()}", "%Y%m%d %H:%M:%S")
+        when += timedelta(microseconds=int(frac[:6].ljust(6, "0"))) + delta
+        digits = (f"{when.microsecond:06d}" + frac[6:])[: len(frac)] if len(frac) >= 6 else \
+            f"{when.microsecond:06d}"[: len(frac)]
+        return m[1] + m[2] + when.strftime("%m%d %H:%M:%S").encode() + b"." + digits.encode()
+
+    def iso(m: re.Match) -> bytes:
+        frac = (m[5] or b"").decode()
+        when = datetime.strptime(f"{m[1].decode()} {m[3].decode()}", "%Y-%m-%d %H:%M:%S")
+        when += timedelta(microseconds=int(frac[:6].ljust(6, "0")) if frac else 0) + delta
+        text = when.strftime(f"%Y-%m-%d{m[2].decode()}%H:%M:%S")
+        if frac:
+            text += m[4].decode() + f"{when.microsecond:06d}"[: len(frac)]
+        return text.encode()
+
+    data = GLOG.sub(glog, data)
+    data = ISO.sub(iso, data)
+    return EPOCH_S.sub(lambda m: m[1] + str(int(m[2]) + round(seconds)).encode() + m[3], data)
+
+
+def _shift_ns(value, seconds: float):
+    """Every *_ns time in a flight-recorder dump (plain containers only), moved."""
+    if isinstance(value, dict):
+        return {k: (v + round(seconds * 1e9) if isinstance(k, str) and k.endswith("_ns") and isinstance(v, int)
+                    and v > 10 ** 17 else _shift_ns(v, seconds)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shift_ns(v, seconds) for v in value]
+    return value
+
+
+def shift_node_clock(node_dir: Path, seconds: float, year: int = 2026) -> None:
+    """Rewrite every timestamp of a node's files as a host whose clock is ``seconds`` off prints them."""
+    for path in sorted(p for p in node_dir.rglob("*") if p.is_file()):
+        raw = path.read_bytes()
+        packed = raw[:2] == b"\x1f\x8b"
+        data = gzip.decompress(raw) if packed else raw
+        if data[:1] == b"\x80":  # a pickle: a flight-recorder dump (read through the restricted unpickler)
+            try:
+                data = pickle.dumps(_shift_ns(pickles.loads(data), seconds), protocol=4)
+            except pickles.UnsafePickle:
+                continue
+        else:
+            data = _shift_text(data, seconds, year)
+        path.write_bytes(gzip.compress(data, mtime=0) if packed else data)
+
+
+def ingest_job(nodes_dir: Path, tree: Path, job: str, nodes: list[str]) -> None:
+    for node in nodes:
+        api.ingest_node(nodes_dir / node, tree, job=job, node=node, keep=False)
+
+
+def _verdict(report: dict) -> tuple[str | None, list[int]]:
+    return report["verdict"]["signature"], sorted(report["verdict"]["culprit_ranks"] or [])
+
+
+def _want(name: str) -> tuple[str | None, list[int]]:
+    """What `analyze DIR` says of the whole folder: `postmortem eval sample_logs/` holds it to expected.json."""
+    expected = _expected(name)
+    return expected.get("root_cause"), sorted(expected.get("culprit_ranks") or [])
+
+
+@pytest.mark.parametrize("name", MULTI_RANK)
+def test_a_sample_split_across_two_nodes_gets_the_verdict_of_its_whole_folder(name, tmp_path):
+    layout = split_into_nodes(sample_dir(name), tmp_path / "nodes", 2)
+    ingest_job(tmp_path / "nodes", tmp_path / "pq", "job-1", list(layout))
+    report = api.analyze_job(tmp_path / "pq", "job-1", keep=False)
+    signature, culprits = _want(name)
+    assert report["verdict"]["signature"] == signature, report["verdict"]
+    if culprits:
+        assert sorted(report["verdict"]["culprit_ranks"]) == culprits, report["verdict"]
+    user_line = _expected(name).get("user_line")
+    if user_line:
+        assert api._same_line(user_line, report["verdict"]["user_line"]), report["verdict"]
+    assert [n["node"] for n in report["nodes"]] == list(layout)
+    assert {r for n in report["nodes"] for r in n["ranks"]} == {r for rs in layout.values() for r in rs}
+    assert report["missing"]["ranks"] == [] and report["missing"]["nodes"] == []
+
+
+def test_the_whole_folder_and_the_two_node_job_agree_rank_by_rank(tmp_path):
+    """The same run facts and rank endings, not just the verdict: a real crash (rank 1's exception)."""
+    name = "rank_exception"
+    layout = split_into_nodes(sample_dir(name), tmp_path / "nodes", 2)
+    ingest_job(tmp_path / "nodes", tmp_path / "pq", "job-1", list(layout))
+    job = api.analyze_job(tmp_path / "pq", "job-1", keep=False)
+    whole = api.analyze(sample_dir(name), keep=False)
+    assert (job["world_size"], job["ranks_seen"]) == (whole["world_size"], whole["ranks_seen"])
+    assert [(e["rank"], e["ts"], e["ended"]) for e in job["ranks"]] == [
+        (e["rank"], e["ts"], e["ended"]) for e in whole["ranks"]]
+    assert job["verdict"]["user_line"] == whole["verdict"]["user_line"]
+
+
+HANG_SAMPLES = [n for n in MULTI_RANK if _expected(n).get("root_cause") == "collective-hang"
+                and len(_ranks_of(sample_dir(n))) >= 4]
+
+
+@pytest.mark.parametrize("name", HANG_SAMPLES)
+def test_a_hang_split_across_four_nodes_still_names_the_rank_that_never_came(name, tmp_path):
+    layout = split_into_nodes(sample_dir(name), tmp_path / "nodes", 4)
+    assert len(layout) == 4
+    ingest_job(tmp_path / "nodes", tmp_path / "pq", "job-4", list(layout))
+    report = api.analyze_job(tmp_path / "pq", "job-4", keep=False)
+    assert _verdict(report) == _want(name)
+
+
+SKEWED = [n for n in MULTI_RANK if _expected(n).get("root_cause") in CRASH_OR_HANG]
+
+
+# +30 s for every other sample, -30 s for the rest: both directions, each sample once (the 2-core CI).
+SHIFTS = [(name, 30.0 if i % 2 == 0 else -30.0) for i, name in enumerate(SKEWED)]
+
+
+@pytest.mark.parametrize(("name", "seconds"), SHIFTS)
+def test_one_node_thirty_seconds_off_keeps_the_verdict_and_reports_its_offset(name, seconds, tmp_path):
+    layout = split_into_nodes(sample_dir(name), tmp_path / "nodes", 2)
+    skewed = list(layout)[-1]
+    shift_node_clock(tmp_path / "nodes" / skewed, seconds)
+    ingest_job(tmp_path / "nodes", tmp_path / "pq", "job-s", list(layout))
+    report = api.analyze_job(tmp_path / "pq", "job-s", keep=False)
+    assert _verdict(report) == _want(name)
+    clock = next(n for n in report["nodes"] if n["node"] == skewed)
+    notes = " ".join(report["clock"]["notes"])
+    if clock["clock_offset_s"] is None:
+        assert f"{skewed}'s clock against gpu-00 cannot be estimated" in notes
+    else:
+        assert abs(clock["clock_offset_s"] - seconds) < 1.0, clock
+        assert clock["corrected"]
+        assert f"{skewed}'s clock is {clock['clock_offset_s']:+.1f} s against gpu-00" in notes
+        assert "times below are corrected" in notes
+        job_finding = next(f for f in report["findings"] if f["signature"] == "multi-node-job")
+        assert f"{clock['clock_offset_s']:+.1f} s against gpu-00" in job_finding["summary"]
+
+
+def test_the_offset_is_estimated_from_the_logs_of_a_crash_and_of_a_hang(tmp_path):
+    """Where both nodes' ranks printed moments shared by every rank (step lines, completed
+    collectives), the offset is found: not "cannot be estimated"."""
+    for name in ("rank_exception", "hang_dataloader_nccl"):
+        layout = split_into_nodes(sample_dir(name), tmp_path / name, 2)
+        shift_node_clock(tmp_path / name / "gpu-01", 30.0)
+        ingest_job(tmp_path / name, tmp_path / f"pq-{name}", "j", list(layout))
+        report = api.analyze_job(tmp_path / f"pq-{name}", "j", keep=False)
+        clock = next(n for n in report["nodes"] if n["node"] == "gpu-01")
+        assert clock["clock_offset_s"] == pytest.approx(30.0, abs=1.0), (name, clock)
+        assert clock["clock_uncertainty_s"] < 1.0
+
+
+def test_re_ingesting_a_node_leaves_one_copy_of_its_rows(tmp_path):
+    name = "hang_dataloader"
+    layout = split_into_nodes(sample_dir(name), tmp_path / "nodes", 2)
+    ingest_job(tmp_path / "nodes", tmp_path / "pq", "j", list(layout))
+    once = api.query("SELECT node, count(*) FROM events GROUP BY node ORDER BY node", parquet=tmp_path / "pq")
+    api.ingest_node(tmp_path / "nodes" / "gpu-01", tmp_path / "pq", job="j", node="gpu-01", keep=False)
+    twice = api.query("SELECT node, count(*) FROM events GROUP BY node ORDER BY node", parquet=tmp_path / "pq")
+    assert once == twice
+    runs = api.query("SELECT count(*) FROM runs", parquet=tmp_path / "pq")[1][0][0]
+    assert runs == 2
+    report = api.analyze_job(tmp_path / "pq", "j", keep=False)
+    assert _verdict(report) == _want(name)
+
+
+def test_a_node_that_never_ingested_is_named_in_the_verdict(tmp_path):
+    name = "hang_dataloader"
+    layout = split_into_nodes(sample_dir(name), tmp_path / "nodes", 2)
+    ingest_job(tmp_path / "nodes", tmp_path / "pq", "j", ["gpu-00"])
+    report = api.analyze_job(tmp_path / "pq", "j", keep=False, nodes=["gpu-00", "gpu-01"])
+    assert "rank 1 left no rows: node gpu-01 did not ingest" in report["verdict"]["summary"]
+    assert report["missing"] == {"ranks": [1], "nodes": ["gpu-01"],
+                                 "summary": "rank 1 left no rows: node gpu-01 did not ingest"}
+    assert layout["gpu-01"] == [1]
+
+
+def test_the_cli_ingests_each_node_and_analyzes_the_job_with_analyzes_exit_code(tmp_path):
+    from typer.testing import CliRunner
+
+    from postmortem.cli import app
+
+    name = "rank_sigkill"
+    layout = split_into_nodes(sample_dir(name), tmp_path / "nodes", 2)
+    runner = CliRunner()
+    for node in layout:
+        result = runner.invoke(app, ["ingest", str(tmp_path / "nodes" / node), "--parquet", str(tmp_path / "pq"),
+                                     "--job", "4711", "--node", node, "--no-history", "-q"])
+        assert result.exit_code == 0, result.output
+    job = runner.invoke(app, ["analyze", "--parquet", str(tmp_path / "pq"), "--job", "4711", "--no-history",
+                              "-f", "json", "-q"])
+    whole = runner.invoke(app, ["analyze", str(sample_dir(name)), "--no-history", "-f", "json", "-q"])
+    assert job.exit_code == whole.exit_code == 1
+    assert _verdict(json.loads(job.stdout)) == _verdict(json.loads(whole.stdout))
+    assert list((tmp_path / "pq" / "events").glob("date=*/job=4711/node=gpu-01/*.parquet"))
+    none = runner.invoke(app, ["analyze", "--parquet", str(tmp_path / "pq"), "--job", "nope", "--no-history"])
+    assert none.exit_code == 2 and "No node has ingested job 'nope'" in none.output
+
+
+def test_an_analyzed_job_lands_in_the_history_like_any_run(tmp_path):
+    name = "rank_sigkill"
+    layout = split_into_nodes(sample_dir(name), tmp_path / "nodes", 2)
+    ingest_job(tmp_path / "nodes", tmp_path / "pq", "j", list(layout))
+    report = api.analyze_job(tmp_path / "pq", "j", db=tmp_path / "h.duckdb")
+    shown = api.show(report["run_id"], db=tmp_path / "h.duckdb")
+    assert _verdict(shown) == _verdict(report)
+    assert any(f["signature"] == "multi-node-job" for f in shown["findings"])
+
+
+def test_a_slurm_host_list_expands_to_the_node_names():
+    from postmortem.job import expand_nodelist
+
+    assert expand_nodelist("gpu-[00-02,07],login1") == ["gpu-00", "gpu-01", "gpu-02", "gpu-07", "login1"]
+    assert expand_nodelist("node[9-11]") == ["node9", "node10", "node11"]
