@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -45,6 +46,8 @@ def look(tmp_path, page: str, name: str, width: int = 1200) -> tuple[str, dict, 
     shot = tmp_path / f"{name}.png"
     result = browse(tmp_path, plain, f"--window-size={width},2400", f"--screenshot={shot}")
     assert shot.is_file() and shot.stat().st_size > 20_000, result.stderr[-2000:]
+    if os.environ.get("POSTMORTEM_SCREENSHOTS"):  # where a person looks at them afterwards
+        shutil.copy(shot, Path(os.environ["POSTMORTEM_SCREENSHOTS"]) / shot.name)
     assert not re.search(r"CONSOLE\(\d+\)", result.stderr), result.stderr[-2000:]
     measured = tmp_path / f"{name}.measured.html"
     measured.write_text(page.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
