@@ -71,3 +71,13 @@ def test_a_per_rank_performance_score_list_is_a_report_and_a_low_score_is_the_sl
     slow, usual = straggler._slow_in(scored(0.98, 1.0, 0.45, 0.97))
     assert slow["subject_rank"] == 2 and usual == 0.98
     assert straggler._slow_in(scored(0.98, 1.0, 0.8, 0.97)) is None  # 1.2x: spread
+
+
+def test_a_rank_slow_in_one_report_of_many_is_a_hiccup_not_a_straggler():
+    def report(name: str, *ms: float) -> list[dict]:
+        return [{"subject_rank": r, "ms": m, "ts": None, "file": "f", "line": r, "text": ""} for r, m in enumerate(ms)]
+
+    steady = {f"r{i}": report(f"r{i}", 100.0, 101.0, 99.0, 100.0) for i in range(3)}
+    hiccup = {"r3": report("r3", 100.0, 101.0, 99.0, 400.0)}
+    assert straggler.from_reports({**steady, **hiccup}) == []
+    assert [r["rank"] for r in straggler.from_reports(hiccup)] == [3]

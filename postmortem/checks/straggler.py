@@ -11,7 +11,8 @@ step for it.
 Without traces, a framework's own per-rank timing report (the ``rank_time`` events of
 parsers/ranktime.py: a list of one measure per rank, or one rank's time against the median
 rank's) says the same in numbers: a rank whose time is at least ``MIN_RATIO`` times the median
-rank's, by at least ``MIN_WAIT_US``, in most of the reports that have a slow rank, set the pace.
+rank's, by at least ``MIN_WAIT_US``, in most of the reports that have a slow rank and in at least
+half of all of them, set the pace.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ MIN_AGREEMENT = 0.66  # share of steps in which the same rank arrived last
 MIN_STEPS = 2
 MIN_RATIO = 1.5  # a reported rank's time against the median rank's: below this it is spread, not a straggler
 MIN_REPORT_RANKS = 3  # a list needs this many ranks for its median to say what is usual
+MIN_SLOW_REPORTS = 0.5  # share of the reports in which the rank is slow: one slow report is a hiccup
 
 
 def _steps(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, dict[int, dict]]:
@@ -83,14 +85,14 @@ def _slow_in(report: list[dict]) -> tuple[dict, float] | None:
     return slow, usual
 
 
-def _from_reports(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
-    reports = _reports(con, run_id)
+def from_reports(reports: dict[str, list[dict]]) -> list[dict]:
+    """The evidence row naming the rank that set the pace in most per-rank timing reports, if one did."""
     slow = [s for s in map(_slow_in, reports.values()) if s]
     if not slow:
         return []
     counts = Counter(s["subject_rank"] for s, _ in slow)
     culprit, count = counts.most_common(1)[0]
-    if count / len(slow) < MIN_AGREEMENT:
+    if count / len(slow) < MIN_AGREEMENT or count / len(reports) < MIN_SLOW_REPORTS:
         return []
     first, usual = next((s, u) for s, u in slow if s["subject_rank"] == culprit)
     if first.get("ms") is not None:
@@ -106,7 +108,7 @@ def _from_reports(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
 def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     steps = {n: ranks for n, ranks in _steps(con, run_id).items() if len(ranks) >= 2}
     if not steps:
-        return _from_reports(con, run_id)
+        return from_reports(_reports(con, run_id))
     last_in: Counter = Counter()
     waits: dict[int, list[float]] = {}
     for ranks in steps.values():
