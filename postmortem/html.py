@@ -167,7 +167,8 @@ def _ending_kind(ending: dict) -> str:
 
 # --- the timeline ------------------------------------------------------------------------------------------------
 
-LABEL_W, LANE_H, AXIS_H = 190, 46, 26
+LABEL_W, AXIS_H = 190, 26
+PG_ROW_H, MAX_PG_ROWS = 11, 4  # one row of the lane per process group (the rest share the last)
 
 
 def _first_failure_us(report: dict) -> int | None:
@@ -223,13 +224,21 @@ def _where(mark: dict) -> str:
     return f'{mark.get("file") or ""}:{mark.get("line_no") or ""}'.strip(":")
 
 
-def _lane_svg(lane: Lane, top: int, t0: int, t1: int, pg_names: dict, pg_colors: dict, memory_max: float) -> str:
+def _lane_height(pg_rows: dict) -> int:
+    return PG_ROW_H * max(1, min(len(pg_rows), MAX_PG_ROWS)) + 36
+
+
+def _lane_svg(lane: Lane, top: int, t0: int, t1: int, pg_rows: dict, names: dict, memory_max: float) -> str:
+    """One lane: a row per process group (its collectives' span, ticks, and the sequence number where the
+    rank stopped), then compiles, then warnings, errors and the rank's end, memory along the bottom."""
     inside = [m for m in lane.marks if t0 <= m["ts_us"] <= t1]
+    lane_h = _lane_height(pg_rows)
+    band = top + 3 + PG_ROW_H * max(1, min(len(pg_rows), MAX_PG_ROWS))  # below the collectives' rows
     fill = "#fdecea" if lane.culprit else "#fafafa"
     out = [f'<g class="lane{" culprit" if lane.culprit else ""}" data-ranks="{_e(rank_ranges(lane.ranks))}">',
-           f'<rect x="0" y="{top}" width="{CHART_WIDTH}" height="{LANE_H - 2}" fill="{fill}"/>']
+           f'<rect x="0" y="{top}" width="{CHART_WIDTH}" height="{lane_h - 2}" fill="{fill}"/>']
     if lane.culprit:
-        out.append(f'<rect x="0" y="{top}" width="5" height="{LANE_H - 2}" fill="{CULPRIT_COLOR}"/>')
+        out.append(f'<rect x="0" y="{top}" width="5" height="{lane_h - 2}" fill="{CULPRIT_COLOR}"/>')
     label_class = "lane-label culprit" if lane.culprit else "lane-label"
     out.append(f'<text class="{label_class}" x="10" y="{top + 17}">{_e(lane.short_label)}<title>{_e(lane.label)}'
                '</title></text>')
@@ -240,40 +249,42 @@ def _lane_svg(lane: Lane, top: int, t0: int, t1: int, pg_names: dict, pg_colors:
     for m in inside:  # step boundaries behind everything
         if m["kind"] == "step":
             x = _x(m["ts_us"], t0, t1)
-            out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + LANE_H - 2}" stroke="#bbb" '
+            out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + lane_h - 2}" stroke="#bbb" '
                        f'stroke-dasharray="2 2"><title>{_hover(lane, m["label"], _where(m))}</title></line>')
     for s in lane.spans:  # collectives: a bar per process group from its first to its last record
         if s["last_us"] is None or s["last_us"] < t0 or s["first_us"] > t1:
             continue
-        color = pg_colors.get(s["pg"], PALETTE[0])
+        row_top = top + 3 + PG_ROW_H * pg_rows.get(s["pg"], 0)
+        color = PALETTE[pg_rows.get(s["pg"], 0) % len(PALETTE)]
         x0, x1 = _x(max(s["first_us"], t0), t0, t1), _x(min(s["last_us"], t1), t0, t1)
-        name = pg_names.get(s["pg"]) or f'pg {s["pg"]}'
+        name = names.get(s["pg"]) or f'pg {s["pg"]}'
         title = _hover(lane, f"{name}: {s['collectives']} collectives",
                        f"last seq {s['last_seq']} {s['last_op']} ({s['last_state']})")
-        out.append(f'<rect x="{x0:.1f}" y="{top + 4}" width="{max(x1 - x0, 2):.1f}" height="9" fill="{color}" '
+        out.append(f'<rect x="{x0:.1f}" y="{row_top}" width="{max(x1 - x0, 2):.1f}" height="8" fill="{color}" '
                    f'opacity="0.35"><title>{title}</title></rect>')
         if s["last_us"] <= t1:
-            out.append(f'<text x="{x1 + 3:.1f}" y="{top + 12}" style="fill:{color}">{_e(name)} seq {s["last_seq"]}'
-                       f'</text>')
+            out.append(f'<text x="{x1 + 3:.1f}" y="{row_top + 8}" style="fill:{color}">{_e(name)} seq '
+                       f'{s["last_seq"]}</text>')
     for m in inside:
         x, kind, title = _x(m["ts_us"], t0, t1), m["kind"], _hover(lane, m["label"], m.get("detail"), _where(m))
         if kind == "collective":
-            out.append(f'<rect x="{x:.1f}" y="{top + 3}" width="1.5" height="11" fill="#333"><title>{title}</title>'
-                       f'</rect>')
+            row_top = top + 3 + PG_ROW_H * pg_rows.get(m.get("pg") or "", 0)
+            out.append(f'<rect x="{x:.1f}" y="{row_top - 1}" width="1.5" height="10" fill="#333"><title>{title}'
+                       f'</title></rect>')
         elif kind in COMPILE_COLORS:
-            out.append(f'<rect x="{x - 2:.1f}" y="{top + 16}" width="4" height="10" fill="{COMPILE_COLORS[kind]}">'
+            out.append(f'<rect x="{x - 2:.1f}" y="{band + 1}" width="4" height="10" fill="{COMPILE_COLORS[kind]}">'
                        f'<title>{title}</title></rect>')
         elif kind == "memory" and memory_max:
-            h = max(1.0, (m["value"] or 0) / memory_max * 12)
-            out.append(f'<rect x="{x - 1:.1f}" y="{top + LANE_H - 4 - h:.1f}" width="3" height="{h:.1f}" '
+            h = max(1.0, (m["value"] or 0) / memory_max * 10)
+            out.append(f'<rect x="{x - 1:.1f}" y="{top + lane_h - 4 - h:.1f}" width="3" height="{h:.1f}" '
                        f'fill="#2ca02c"><title>{title}</title></rect>')
         elif kind in ("warning", "error"):
             color = "#e69500" if kind == "warning" else CULPRIT_COLOR
-            out.append(f'<circle cx="{x:.1f}" cy="{top + 32}" r="3.5" fill="{color}"><title>{title}</title></circle>')
+            out.append(f'<circle cx="{x:.1f}" cy="{band + 18}" r="3.5" fill="{color}"><title>{title}</title></circle>')
     end = _us((lane.ending or {}).get("ts"))
     if end and t0 <= end <= t1 and lane.ending.get("ended") != "no failure recorded":
         x = _x(end, t0, t1)
-        out.append(f'<path d="M{x - 5:.1f},{top + 27} l10,10 m0,-10 l-10,10" stroke="#000" stroke-width="2">'
+        out.append(f'<path d="M{x - 5:.1f},{band + 13} l10,10 m0,-10 l-10,10" stroke="#000" stroke-width="2">'
                    f'<title>{_hover(lane, "ended " + lane.ending["ts"], lane.ending["ended"])}</title></path>')
     out.append("</g>")
     return "".join(out)
@@ -281,12 +292,13 @@ def _lane_svg(lane: Lane, top: int, t0: int, t1: int, pg_names: dict, pg_colors:
 
 def _timeline_svg(lanes: list[Lane], t0: int, t1: int, first_failure: int | None, series: dict, css_id: str) -> str:
     drawn = lanes[:MAX_LANES]
-    height = AXIS_H + LANE_H * len(drawn)
-    pgs = sorted({s["pg"] for lane in drawn for s in lane.spans})
-    pg_colors = {pg: PALETTE[i % len(PALETTE)] for i, pg in enumerate(pgs)}
+    pgs = sorted({s["pg"] for lane in drawn for s in lane.spans}, key=lambda pg: (len(pg), pg))
+    pg_rows = {pg: min(i, MAX_PG_ROWS - 1) for i, pg in enumerate(pgs)}
+    lane_h = _lane_height(pg_rows)
+    height = AXIS_H + lane_h * len(drawn)
     memory_max = max((m["value"] or 0 for lane in drawn for m in lane.marks if m["kind"] == "memory"), default=0)
     names = series.get("group_names") or {}
-    body = "".join(_lane_svg(lane, AXIS_H + i * LANE_H, t0, t1, names, pg_colors, memory_max)
+    body = "".join(_lane_svg(lane, AXIS_H + i * lane_h, t0, t1, pg_rows, names, memory_max)
                    for i, lane in enumerate(drawn))
     return (f'<svg id="{css_id}" class="timeline" viewBox="0 0 {CHART_WIDTH} {height}" width="{CHART_WIDTH}" '
             f'height="{height}" role="img">{_time_axis(t0, t1, first_failure, height)}{body}</svg>')

@@ -40,32 +40,32 @@ def marks(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         WITH all_marks AS (
             SELECT rank, epoch_us(ts) AS ts_us, event AS kind,
                    event || ' ' || coalesce(function, '?') || ' [' || coalesce(attempt, '?') || ']' AS label,
-                   coalesce(reason, '') AS detail, file, line_no, NULL::DOUBLE AS value
+                   coalesce(reason, '') AS detail, file, line_no, NULL::DOUBLE AS value, NULL AS pg
             FROM compiles WHERE run_id = ? AND ts IS NOT NULL AND rank IS NOT NULL
             UNION ALL
             SELECT rank, epoch_us(coalesce(t_started, t_created)), 'collective',
                    op || ' seq ' || seq_id || ' (pg ' || coalesce(pg, '?') || ')',
-                   coalesce(state, '') || ' · ' || source, file, line_no, seq_id
+                   coalesce(state, '') || ' · ' || source, file, line_no, seq_id, coalesce(pg, '')
             FROM collectives WHERE run_id = ? AND rank IS NOT NULL AND coalesce(t_started, t_created) IS NOT NULL
             UNION ALL
-            SELECT rank, epoch_us(min(ts)), 'step', 'step ' || step, '', any_value(file), min(line_no), step
+            SELECT rank, epoch_us(min(ts)), 'step', 'step ' || step, '', any_value(file), min(line_no), step, NULL
             FROM memory WHERE run_id = ? AND rank IS NOT NULL AND step IS NOT NULL AND ts IS NOT NULL
             GROUP BY rank, step
             UNION ALL
             SELECT rank, epoch_us(ts), 'memory', 'allocated ' || round(allocated / 2^20, 1) || ' MiB'
-                   || coalesce(' at step ' || step, ''), coalesce(source, ''), file, line_no, allocated
+                   || coalesce(' at step ' || step, ''), coalesce(source, ''), file, line_no, allocated, NULL
             FROM memory WHERE run_id = ? AND rank IS NOT NULL AND ts IS NOT NULL AND allocated IS NOT NULL
             UNION ALL
             SELECT rank, epoch_us(ts), CASE WHEN level IN ('E', 'F', 'C') OR kind IN ('exception', 'fatal')
                                             THEN 'error' ELSE 'warning' END,
-                   kind, left(message, 300), file, line_no, NULL
+                   kind, left(message, 300), file, line_no, NULL, NULL
             FROM events WHERE run_id = ? AND rank IS NOT NULL AND ts IS NOT NULL
               AND (level IN ('W', 'E', 'F', 'C') OR kind IN ('exception', 'fatal', 'gloo_timeout', 'nccl_error'))
         ),
         latest AS (
             SELECT *, row_number() OVER (PARTITION BY rank, kind ORDER BY ts_us DESC) AS from_end FROM all_marks
         )
-        SELECT rank, ts_us, kind, label, detail, file, line_no, value FROM latest
+        SELECT rank, ts_us, kind, label, detail, file, line_no, value, pg FROM latest
         WHERE from_end <= {MARKS_PER_KIND} ORDER BY rank, ts_us
         """, [run_id] * 5)
 
@@ -130,7 +130,8 @@ def group_names(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, str]:
 def grid(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     """Each rank's collectives in the window around the first divergence of each process group: the
     first sequence number some rank of the group never reached, or where the ranks that reached it
-    disagree on op or size. A group with no divergence shows its last 2 * GRID_HALF_WINDOW sequences."""
+    disagree on op or size. Only the groups that diverge are shown; when none does, each group's last
+    2 * GRID_HALF_WINDOW sequences."""
     return _rows(con, f"""
         WITH picked AS (
             SELECT rank, coalesce(pg, '') AS pg, seq_id, op, state, source, numel_in, dtypes,
@@ -154,7 +155,8 @@ def grid(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         )
         SELECT o.rank, o.pg, o.seq_id, o.op, o.state, o.source, o.numel_in, o.dtypes, v.first_divergent
         FROM one o JOIN divergence v USING (pg)
-        WHERE CASE WHEN v.first_divergent IS NULL THEN o.seq_id > v.highest - {2 * GRID_HALF_WINDOW}
+        WHERE (v.first_divergent IS NOT NULL OR NOT EXISTS (SELECT 1 FROM divergence WHERE first_divergent IS NOT NULL))
+          AND CASE WHEN v.first_divergent IS NULL THEN o.seq_id > v.highest - {2 * GRID_HALF_WINDOW}
                    ELSE o.seq_id BETWEEN v.first_divergent - {GRID_HALF_WINDOW}
                                      AND v.first_divergent + {GRID_HALF_WINDOW} END
         ORDER BY o.pg, o.seq_id, o.rank""", [run_id])
