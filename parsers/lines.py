@@ -118,6 +118,19 @@ def line_series(data: bytes) -> pl.Series:
     return pl.Series("raw", [data.decode("utf-8", errors="replace")]).str.split("\n").explode()
 
 
+# The end of a tqdm progress bar ("[29:55<4:48:08, 155.57 examples/s]") with more text after it:
+# tqdm ends its line only when the bar closes, so the next message another writer prints (a
+# watchdog's timeout, a traceback) lands on the bar's terminal line.
+_GLUED_BAR = r"(\[(?:\d+:)?\d\d:\d\d<[^\]\n]{0,40}?(?:/s|/it)\])([^\s\r])"
+
+
+def _unglue(df: pl.DataFrame) -> pl.DataFrame:
+    """Lines that hold a progress bar and then another message, as two rows of the same line
+    number: each message is then read as if it began its own line."""
+    return (df.with_columns(pl.col("raw").str.replace_all(_GLUED_BAR, "${1}\n${2}").str.split("\n"))
+            .explode("raw"))
+
+
 def split_lines(data: bytes | str, first_line_no: int) -> pl.DataFrame:
     """The lines of ``data`` (which holds no partial line but perhaps the last) as a frame.
 
@@ -127,7 +140,10 @@ def split_lines(data: bytes | str, first_line_no: int) -> pl.DataFrame:
     if isinstance(data, str):
         data = data.encode("utf-8", errors="replace")
     raw = pl.col("raw")
-    df = pl.DataFrame({"raw": line_series(data)}).with_columns(raw.str.extract(_PREFIXES, 1).fill_null("").alias("prefix"))
+    df = pl.DataFrame({"raw": line_series(data)}).with_row_index("line_no", offset=first_line_no)
+    if b"/s]" in data or b"/it]" in data:
+        df = _unglue(df)
+    df = df.with_columns(raw.str.extract(_PREFIXES, 1).fill_null("").alias("prefix"))
     df = df.with_columns(raw.str.slice(pl.col("prefix").str.len_bytes()).alias("text"))  # an ASCII prefix: bytes are chars
     parts = extract_groups("prefix", _PREFIX)
     n0, n1, n2, m0, s0 = (parts.struct.field(n).cast(pl.Int32, strict=False) for n in ("n0", "n1", "n2", "m0", "s0"))
@@ -141,7 +157,7 @@ def split_lines(data: bytes | str, first_line_no: int) -> pl.DataFrame:
     if len(data) > MAX_LINE_CHARS:
         text_col = text_col.str.slice(0, MAX_LINE_CHARS)
     return df.select(
-        pl.int_range(first_line_no, first_line_no + pl.len(), dtype=pl.Int64).alias("line_no"),
+        pl.col("line_no").cast(pl.Int64),
         "rank",
         "tee",
         text_col.alias("text"),

@@ -206,7 +206,12 @@ def _log_events(own: pl.DataFrame) -> pl.DataFrame:
         .alias("attrs"),
     ).with_columns(
         # For agent lines the pid column names the worker acted on, so its rank is the worker's.
-        pl.when(pl.col("kind").is_in(["agent_signal", "agent_failure"])).then(pl.lit(None)).otherwise(pl.col("rank"))
+        pl.when(pl.col("kind").is_in(["agent_signal", "agent_failure"])).then(pl.lit(None))
+        # A watchdog line of one unprefixed console names its own rank: "[Rank 2] Watchdog caught
+        # ..." (the default group's rank is the global one; another group's "[PG 3 Rank 1]" is not).
+        .when(pl.col("rank").is_null() & (pl.col("kind") == "watchdog_timeout"))
+        .then(pl.col("message").str.extract(r"^\[(?:PG (?:ID )?0\b[^\]]*?)?Rank (\d+)\]", 1).cast(pl.Int32, strict=False))
+        .otherwise(pl.col("rank"))
         .cast(pl.Int32).alias("rank")
     )
     last = (

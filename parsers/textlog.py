@@ -39,12 +39,12 @@ from datetime import datetime
 
 import polars as pl
 
-from . import detail, dynamo, horovod, memory, nccl, ncclras, ranktime, runtime
+from . import detail, dynamo, horovod, memory, nccl, ncclras, progress, ranktime, runtime
 from .lines import LineChunk, read_line_chunks
 from .source import Source
 
 KIND = "text_log"
-LINE_PARSERS = (runtime, nccl, ncclras, horovod, detail, dynamo, memory, ranktime)
+LINE_PARSERS = (runtime, nccl, ncclras, horovod, detail, dynamo, memory, ranktime, progress)
 
 # The glog / c10 header, matched without capture groups (a DFA scan that stops where the header
 # does). Nothing in it before its closing "]" can be a "]", so the first "]" of a line that has

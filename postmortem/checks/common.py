@@ -103,4 +103,19 @@ def stuck_elsewhere(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict, 
         torn_down = ending["consequence"] or ending["ended"] == "no failure recorded"
         if torn_down:
             missing.append(ending)
-    return timed_out, missing
+    return timed_out, missing + _never_seen(con, run_id, endings, timed_out)
+
+
+def _never_seen(con: duckdb.DuckDBPyConnection, run_id: str, endings: dict, timed_out: dict) -> list[dict]:
+    """The one rank of the job that left no line at all, when every rank that did timed out
+    waiting: in one console whose lines name no rank (the late rank's output is the unprefixed
+    one), the rank the others waited for is the one never named. Two or more unseen ranks are
+    more likely an excerpt's cut than the culprits."""
+    ((world,),) = con.execute("SELECT max(world_size) FROM runs WHERE run_id = ?", [run_id]).fetchall()
+    if not world or set(endings) - set(timed_out):
+        return []
+    unseen = sorted(set(range(world)) - set(endings))
+    if len(unseen) != 1 or len(timed_out) < 2:
+        return []
+    return [{"rank": r, "ended": "no line in the logs", "ts": None, "ts_inferred": False, "consequence": False,
+             "evidence": None, "first_error": None, "last_event": None} for r in unseen]

@@ -21,6 +21,7 @@ import duckdb
 from postmortem.engine import rank_ranges
 
 from .common import is_user_file, stuck_elsewhere
+from .progress import busy_by_progress
 
 # Files whose frames, innermost, mean the thread waits for someone else (py-spy prints the
 # standard library and torch by their short paths: threading.py, torch/distributed/...).
@@ -72,9 +73,11 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         if rank in late:
             frames.setdefault(rank, []).append((function, file, line))
     busy = {rank: doing for rank, stack in frames.items() if (doing := what_it_was_doing(stack))}
+    timeout = _timeout_ms(con, run_id)
+    # a late rank with no stack dump: its progress bar, if it kept moving for most of the timeout
+    busy.update(busy_by_progress(con, run_id, late - set(frames), timeout))
     if not busy:
         return []
-    timeout = _timeout_ms(con, run_id)
     rows = [{"rank": rank, "ts": None, "file": None, "line": None, "culprit": True,
              "text": f"{work} at {where} when the collective timeout expired",
              "work": work, "where": where, "user_line": where, "waiting": rank_ranges(list(timed_out)),
