@@ -12,6 +12,7 @@ from . import (
     hf_trainer_state,
     memory_snapshot,
     metrics_csv,
+    nvidia_smi_csv,
     profiler,
     pyspy,
     textlog,
@@ -21,6 +22,6 @@ from . import (
 # Most specific first: every text format would also pass the text sniffer.
 # The profiler comes before the flight recorder: a Kineto trace's distributedInfo holds a
 # "pg_config" too.
-# A trainer state and a metrics CSV are text too.
+# A trainer state and the CSV files are text too.
 FILE_PARSERS = (error_file, profiler, flight_recorder, memory_snapshot, pyspy, torch_trace, hf_trainer_state,
-                metrics_csv, textlog)
+                nvidia_smi_csv, metrics_csv, textlog)

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import polars as pl
-from postmortem.parsers import hf_trainer_state, memory, metrics_csv, textlog
+from postmortem.parsers import hf_trainer_state, memory, metrics_csv, nvidia_smi_csv, textlog
 from postmortem.parsers.source import Source
 
 from postmortem import api
@@ -245,3 +245,37 @@ def test_four_points_count_only_when_each_rises_and_the_last_doubles_the_first()
     assert not _few_but_steep(pts([400.0, 900.0, 900.0, 900.0]))  # a warm-up: optimizer state, then flat
     assert not _few_but_steep(pts([1000.0, 1100.0, 1200.0, 1300.0]))  # rising, but not doubling
     assert not _few_but_steep(pts([100.0, 300.0, 900.0]))  # three points are too few
+
+
+# ---------------------------------------------------------------- nvidia-smi --query-gpu CSV
+
+# Real nvidia-smi output pasted in a public repository's notes (found with the code index, which
+# does not name the repository): two RTX 5080s, and one RTX 4090 queried with other fields.
+_SMI_CSV = "index, memory.used [MiB], memory.total [MiB]\n0, 103 MiB, 16303 MiB\n1, 8311 MiB, 16303 MiB\n"
+_SMI_CSV_FIELDS = ("utilization.gpu [%], memory.used [MiB], memory.total [MiB], name\n"
+                   "0 %, 678 MiB, 49140 MiB, NVIDIA GeForce RTX 4090\n")
+
+
+def test_nvidia_smi_csv_is_sniffed_by_its_header_and_not_taken_for_metrics():
+    assert classify(_SMI_CSV.encode(), "gpu.log") == "nvidia_smi_csv"
+    assert classify(_SMI_CSV_FIELDS.encode(), "gpu.csv") == "nvidia_smi_csv"
+    assert classify(b"epoch,step,train_loss\n0,3,10.485387802124023\n", "gpu.csv") == "metrics_csv"
+
+
+def test_nvidia_smi_csv_rows_are_each_devices_used_memory(tmp_path):
+    path = tmp_path / "gpu.csv"
+    path.write_text(_SMI_CSV)
+    rows = _tables(path, nvidia_smi_csv)["memory"]
+    assert rows.select("device", "reserved", "line_no", "source").rows() == [
+        (0, 103 * 2**20, 2, "nvidia-smi"), (1, 8311 * 2**20, 3, "nvidia-smi")]
+    assert rows["rank"].null_count() == rows.height  # a device is not a rank
+
+
+def test_deepspeed_timer_line_gives_global_step_and_both_allocated_figures(tmp_path):
+    # DeepSpeed's engine timer (timer.py:260), as pasted in a public repository's training notes
+    # (found with the code index): micro_step is not the step, global_step is
+    row = _lines(tmp_path, "[2024-08-15 21:12:21,418] [INFO] [timer.py:260:stop] epoch=0/micro_step=1200/global_step=600, "
+                           "RunningAvgSamplesPerSec=51.18608989565034, CurrSamplesPerSec=56.79136995208808, "
+                           "MemAllocated=15.78GB, MaxMemAllocated=43.28GB")["memory"].row(0, named=True)
+    assert row["step"] == 600
+    assert row["allocated"] == round(15.78 * 2**30) and row["peak_allocated"] == round(43.28 * 2**30)
