@@ -158,3 +158,26 @@ def test_recompile_storm_report_draws_recompiles_per_frame_and_memory_with_axes(
     assert "allocated (MiB)" in memory and ">step<" in memory  # both axes say what and in which unit
     y_ticks = [int(t) for t in re.findall(r'text-anchor="end">(\d+)</text>', memory)]
     assert len(y_ticks) >= 3 and y_ticks == sorted(y_ticks) and y_ticks[0] == 0
+
+
+def test_straggler_is_marked_in_the_step_time_chart():
+    report = api.analyze(sample_dir("straggler"), keep=False, with_series=True)
+    expected = json.loads((sample_dir("straggler") / "expected.json").read_text())
+    chart = re.search(r"<h2>Step time per rank</h2>(.*?)<h2>", to_html(report), re.DOTALL)[1]
+    marked = re.findall(r'<text[^>]*class="culprit">rank (\d+)</text>', chart)
+    assert [int(r) for r in marked] == expected["culprit_ranks"]
+    assert "(straggler)" in chart and "mean step time (ms)" in chart and "ProfilerStep" in chart
+
+
+def test_memory_chart_draws_the_device_capacity_when_it_is_on_the_scale():
+    report = api.analyze(sample_dir("memory_leak"), keep=False, with_series=True)
+    page = to_html(report)
+    assert "off this scale" in page  # the sample's CPU job is far below the 139.8 GiB its OOM message names
+    peak = max(p["allocated_mb"] for p in report["series"]["memory"]) * 2**20
+    report["series"]["memory_limit_bytes"] = int(peak * 1.5)  # a device the job nearly filled
+    chart = re.search(r"<h2>Memory per step</h2>(.*?)<h2>", to_html(report), re.DOTALL)[1]
+    line = re.search(r'<line x1="70" y1="([\d.]+)"[^>]*stroke-dasharray="6 4"/><text[^>]*>device capacity', chart)
+    axis_top, axis_bottom = map(float, re.search(r'<line x1="70" y1="([\d.]+)" x2="70" y2="([\d.]+)"', chart).groups())
+    data_y = [float(y) for pts in re.findall(r'<polyline[^>]*points="([^"]*)"', chart)
+              for y in re.findall(r",([\d.]+)", pts)]
+    assert line and axis_top <= float(line[1]) < min(data_y) <= max(data_y) <= axis_bottom  # on the scale, above
