@@ -163,3 +163,28 @@ def test_a_rank_that_left_no_record_is_replayed_up_to_where_its_peers_were_left_
     assert any("replayed as issuing what rank" in note for note in seen["notes"])
     fixed = replay(report["run_id"], history, backend="gloo", timeout_s=20, fix=True)
     assert not fixed["reproduced"] and all(r["finished"] for r in fixed["ranks"].values())
+
+
+def test_replay_of_two_groups_taken_in_different_orders_reproduces_the_cycle_and_the_equal_order_completes(history):
+    # two_group_cycle: rank 0 waits in grads' all-reduce, rank 1 in metrics'; each rank replays its
+    # recorded collectives of all three groups in its own order
+    run_id = analyzed("two_group_cycle", history)
+    seen = replay(run_id, history, backend="gloo", timeout_s=10)
+    assert seen["kind"] == "cycle" and seen["reproduced"]
+    assert seen["summary"].startswith("reproduced the cycle")
+    assert "rank 0 in group 1 seq 5" in seen["summary"] and "rank 1 in group 2 seq 5" in seen["summary"]
+    assert seen["culprit_ranks"] == expected_culprits("two_group_cycle")
+    fixed = replay(run_id, history, backend="gloo", timeout_s=20, fix=True)
+    assert not fixed["reproduced"] and all(r["finished"] for r in fixed["ranks"].values())
+
+
+def test_replay_of_a_pipeline_stage_that_skipped_a_send_hangs_every_stage_and_adding_the_send_completes(history):
+    # pipeline_missing_send: gloo records no send/recv; the tracebacks' dist.recv(src=...) lines
+    # give each stage's wait, and the stage that skipped its send is left without it
+    run_id = analyzed("pipeline_missing_send", history)
+    seen = replay(run_id, history, backend="gloo", timeout_s=10)
+    assert seen["kind"] == "p2p" and seen["reproduced"]
+    assert seen["culprit_ranks"] == expected_culprits("pipeline_missing_send")
+    assert all(r["hung_in"] == 1 or (r["error"] or "").startswith("at seq 1") for r in seen["ranks"].values())
+    fixed = replay(run_id, history, backend="gloo", timeout_s=20, fix=True)
+    assert not fixed["reproduced"] and all(r["finished"] for r in fixed["ranks"].values())

@@ -163,12 +163,10 @@ def _peer(expr: str, rank: int) -> int | None:
     return value(tree)
 
 
-def _point_to_point(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[int]) -> list[dict]:
-    """Ranks that timed out in a send or recv, each waiting for the peer its call names (the
-    ``src=``/``dst=`` of the user's line in its traceback). Where two ranks wait for each other,
-    the one further along the same function (a later line: the backward recv, past the forward
-    send it skipped) is the one that did not send; a rank waited for that waits for no one in
-    return is the culprit too."""
+def p2p_waits(con: duckdb.DuckDBPyConnection, run_id: str,
+              crashed: set[int] = frozenset()) -> tuple[dict[int, dict], set[int]]:
+    """(rank -> the send/recv it timed out in and the peer its call names, ranks that timed out
+    in a send/recv whose peer cannot be read), from the user's line in each traceback."""
     rows = con.execute(
         """
         SELECT rank, arg_min(attrs->>'user_frame', line_no), arg_min(attrs->>'user_function', line_no),
@@ -191,6 +189,13 @@ def _point_to_point(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[in
                            "code": code, "file": file, "line": line}
         elif call:
             unread.add(rank)
+    return waits, unread
+
+
+def p2p_culprits(waits: dict[int, dict], unread: set[int]) -> set[int]:
+    """The ranks the send/recv waits point at that did not do their part: waited for and
+    waiting for no one, or of two ranks waiting for each other in the same function, the one
+    further along it (a later line: the backward recv, past the forward send it skipped)."""
     culprits = set()
     for rank, w in waits.items():
         back = waits.get(w["peer"])
@@ -200,6 +205,17 @@ def _point_to_point(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[in
         elif back["peer"] == rank and back["function"] == w["function"] and back["file_path"] == w["file_path"] \
                 and None not in (back["line_in_file"], w["line_in_file"]) and back["line_in_file"] > w["line_in_file"]:
             culprits.add(w["peer"])  # the peer moved on past the point this rank waits for it at
+    return culprits
+
+
+def _point_to_point(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[int]) -> list[dict]:
+    """Ranks that timed out in a send or recv, each waiting for the peer its call names (the
+    ``src=``/``dst=`` of the user's line in its traceback). Where two ranks wait for each other,
+    the one further along the same function (a later line: the backward recv, past the forward
+    send it skipped) is the one that did not send; a rank waited for that waits for no one in
+    return is the culprit too."""
+    waits, unread = p2p_waits(con, run_id, crashed)
+    culprits = p2p_culprits(waits, unread)
     culprits -= crashed
     if not culprits:
         return []

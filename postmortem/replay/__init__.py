@@ -73,6 +73,18 @@ def describe(p: sequence.Plan, outcome, fix: bool) -> tuple[bool, str]:
                        f"when replayed; the hang was outside the collective sequence (a stalled GPU stream, the "
                        f"network, the host)")
     stuck = sorted(set(hung) | set(failed))
+    if p.kind == "cycle":
+        where = "; ".join(f"rank {r} in group {outcome.groups_at.get(r, '?')} seq {s}"
+                          for r, s in sorted({**outcome.failed_at, **outcome.hung}.items()))
+        groups = {outcome.groups_at.get(r) for r in stuck}
+        if len(groups) > 1:
+            return True, (f"reproduced the cycle: the ranks wait in collectives of different groups ({where}), "
+                          f"rank(s) {rank_ranges(p.culprits)} having taken the groups in another order")
+        return True, f"reproduced a hang, not a cycle: {where}"
+    if p.kind == "p2p":
+        waits = sorted(r for r, s in {**outcome.failed_at, **outcome.hung}.items() if s == 1)
+        return True, (f"reproduced: rank(s) {rank_ranges(waits)} hang in their recorded send/recv, rank(s) "
+                      f"{rank_ranges(p.culprits)} never sending what their peers wait for")
     if p.kind == "missing":
         silent = [r for r in p.culprits if not p.sequences.get(r)]
         if silent:
@@ -103,12 +115,16 @@ def replay_collectives(run_id: str, db: Path, finding: str | None = None, backen
         "SELECT signature FROM findings WHERE run_id = ? AND role = 'root_cause' ORDER BY confidence DESC LIMIT 1",
         [run_id]).fetchall() or [[None]])[0][0]
     p = sequence.plan(con, run_id, world_size or recorded_world)
+    if p.kind in ("stuck", "none") and (apart := sequence.plan_groups(con, run_id, world_size or recorded_world)):
+        p = apart  # the default group agrees; the cycle is across the other groups
+    elif p.kind in ("stuck", "none") and (p2p := sequence.plan_p2p(con, run_id, world_size or recorded_world)):
+        p = p2p  # the collectives agree; the ranks wait in send/recv
     named = con.execute("SELECT ranks FROM findings WHERE run_id = ? AND signature = ? AND role = 'root_cause' "
                         "LIMIT 1", [run_id, target]).fetchall()
     con.close()
     # Two ranks that disagree have no majority: which one is "wrong" is the log analysis' call
     # (the rank whose code path differs), so the replay names the same one.
-    if p.kind == "mismatch" and named and named[0][0] and set(named[0][0]) <= set(p.sequences):
+    if p.kind in ("mismatch", "cycle") and named and named[0][0] and set(named[0][0]) <= set(p.sequences):
         p.culprits = list(named[0][0])
     if not p.sequences:
         raise PostmortemError(f"run {run_id} has no collective records (flight recorder, NCCL COLL lines, "
@@ -121,7 +137,7 @@ def replay_collectives(run_id: str, db: Path, finding: str | None = None, backen
     except ValueError as exc:
         raise PostmortemError(f"cannot fold the job onto this machine: {exc}") from exc
     if fix:
-        p = sequence.fixed(p)
+        p = {"cycle": sequence.fixed_order, "p2p": sequence.fixed_p2p}.get(p.kind, sequence.fixed)(p)
     outcome = collective.run(p, chosen, timeout_s)
     reproduced, summary = describe(p, outcome, fix)
     result = {

@@ -40,6 +40,7 @@ class Outcome:
     hung: dict[int, int | None] = field(default_factory=dict)  # rank -> seq it was in when killed
     failed_at: dict[int, int | None] = field(default_factory=dict)  # rank -> seq it was in when it raised
     finished: list[int] = field(default_factory=list)
+    groups_at: dict[int, str] = field(default_factory=dict)  # rank -> the group of the op it was stuck in
 
     @property
     def stuck(self) -> dict[int, int | None]:
@@ -57,32 +58,37 @@ def _shape(n: int) -> int:
     return max(1, min(n, MAX_NUMEL))
 
 
-def _issue(dist, torch, op: Op, world: int, device):
+def _issue(dist, torch, op: Op, world: int, device, group=None):
     dtype = getattr(torch, DTYPES.get(op.dtype, "float32"))
     ones = lambda n: torch.ones(_shape(n), dtype=dtype, device=device)  # noqa: E731
     family = op_family(op.op)  # every source's spelling: _ALLGATHER_BASE, gloo:all_gather, ...
+    on = {} if group is None else {"group": group}
+    if op.op == "send" and op.peer is not None:
+        return dist.send(ones(op.in_numel), dst=op.peer, **on)
+    if op.op == "recv" and op.peer is not None:
+        return dist.recv(torch.empty(_shape(op.in_numel), dtype=dtype, device=device), src=op.peer, **on)
     if family == "all_gather":
         out = torch.empty(_shape(op.out_numel), dtype=dtype, device=device)
-        return dist.all_gather_into_tensor(out, ones(op.in_numel))
+        return dist.all_gather_into_tensor(out, ones(op.in_numel), **on)
     if family == "reduce_scatter":
         out = torch.empty(_shape(op.out_numel), dtype=dtype, device=device)
-        return dist.reduce_scatter_tensor(out, ones(op.in_numel))
+        return dist.reduce_scatter_tensor(out, ones(op.in_numel), **on)
     if family == "all_reduce" or op.op.lower().endswith("all_reduce_barrier"):
-        return dist.all_reduce(ones(op.in_numel))
+        return dist.all_reduce(ones(op.in_numel), **on)
     if family == "barrier":
-        return dist.barrier()
+        return dist.barrier(**on)
     if family == "broadcast":
-        return dist.broadcast(ones(op.in_numel), src=0)
+        return dist.broadcast(ones(op.in_numel), src=0, **on)
     if family == "reduce":
-        return dist.reduce(ones(op.in_numel), dst=0)
+        return dist.reduce(ones(op.in_numel), dst=0, **on)
     if family == "all_to_all":
         t = ones(max(world, op.in_numel // world * world))
-        return dist.all_to_all_single(torch.empty_like(t), t)
+        return dist.all_to_all_single(torch.empty_like(t), t, **on)
     raise UnsupportedOp(f"op {op.op} is not replayed")
 
 
 def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeout_s: float, events,
-            release, issuing) -> None:
+            release, issuing, groups: dict[str, list[int]]) -> None:
     import torch
     import torch.distributed as dist
 
@@ -94,12 +100,14 @@ def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeo
         torch.cuda.set_device(device)
     try:
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+        # every rank makes every group, in one order (new_group is collective over the default group)
+        made = {pg: dist.new_group(ranks=members) for pg, members in groups.items()}
         events.put(("ready", rank, None))
         for op in ops:
             issuing[rank] = op.seq
-            events.put(("start", rank, op.seq))
+            events.put(("start", rank, op.seq, op.pg))
             try:
-                _issue(dist, torch, op, world, device)
+                _issue(dist, torch, op, world, device, made.get(op.pg))
                 if backend == "nccl":
                     torch.cuda.synchronize(device)
             except UnsupportedOp as exc:
@@ -142,7 +150,8 @@ def run(p: Plan, backend: str, timeout_s: float, startup_s: float = STARTUP_S) -
     # surfaces as the backend's own timeout error when it can.
     collective_timeout = max(2.0, timeout_s * 0.6)
     procs = {r: ctx.Process(target=_worker, args=(r, p.world_size, port, backend, p.sequences.get(r, []),
-                                                  collective_timeout, events, release, issuing), daemon=True)
+                                                  collective_timeout, events, release, issuing, p.groups),
+                            daemon=True)
              for r in range(p.world_size)}
     for proc in procs.values():
         proc.start()
@@ -164,8 +173,10 @@ def run(p: Plan, backend: str, timeout_s: float, startup_s: float = STARTUP_S) -
                 deadline = time.monotonic() + timeout_s
         elif kind == "start":
             current[rank] = seq
+            outcome.groups_at[rank] = rest[0] if rest else p.pg
         elif kind == "done":
             outcome.completed[rank] = seq
+            outcome.groups_at.pop(rank, None)
             current[rank] = None
         elif kind == "finished":
             outcome.finished.append(rank)

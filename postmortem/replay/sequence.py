@@ -33,6 +33,7 @@ class Op:
     source: str
     file: str | None = None  # the record it came from (a dump and its entry), for its call site
     line: int | None = None
+    peer: int | None = None  # a send's dst / a recv's src
 
     def key(self) -> tuple:
         return (self.op, self.in_numel, self.out_numel, self.dtype)
@@ -49,6 +50,7 @@ class Plan:
     kind: str  # "missing", "mismatch", "stuck" (all agree) or "none"
     folded: dict[int, list[int]] = field(default_factory=dict)  # replayed rank -> original ranks it stands for
     notes: list[str] = field(default_factory=list)
+    groups: dict[str, list[int]] = field(default_factory=dict)  # process groups to create besides the default
 
 
 def _numel(sizes: list) -> int:
@@ -269,3 +271,131 @@ def fixed(p: Plan) -> Plan:
                 ops = [x for x in sequences[r] if x.seq != seq] + [replace(majority, source="fix")]
                 sequences[r] = sorted(ops, key=lambda x: x.seq)
     return replace(p, sequences=sequences, notes=p.notes + ["--fix: every rank issues the majority's collective"])
+
+
+# ---------------------------------------------------------------- several groups: a wait cycle
+
+GROUP_WINDOW = 2  # per group, replay this many collectives before the last one every rank issued
+
+
+def recorded_in_order(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, list[Op]]:
+    """rank -> its flight-recorder collectives over all its groups, in the order it issued them
+    (its dump's entry order), point-to-point left out (gloo does not record it)."""
+    rows = con.execute(
+        """
+        SELECT rank, pg, seq_id, op, numel_in, numel_out, dtypes, file, line_no FROM collectives
+        WHERE run_id = ? AND source = 'flight_recorder' AND rank IS NOT NULL AND seq_id IS NOT NULL
+          AND op IS NOT NULL AND line_no IS NOT NULL
+        ORDER BY rank, file, line_no
+        """, [run_id]).fetchall()
+    out: dict[int, list[Op]] = {}
+    for rank, pg, seq, op, numel_in, numel_out, dtypes, file, line_no in rows:
+        if op_family(op) in ("p2p", "coalesced"):
+            continue
+        doc = json.loads(dtypes) if dtypes else {}
+        dtype = (doc.get("in") or doc.get("out") or ["Float"])[0] if isinstance(doc, dict) else "Float"
+        out.setdefault(int(rank), []).append(Op(
+            pg=str(pg), seq=int(seq), op=str(op), in_numel=int(numel_in or 0), out_numel=int(numel_out or numel_in or 0),
+            dtype=str(dtype), source="flight_recorder", file=file, line=line_no))
+    return out
+
+
+def plan_groups(con: duckdb.DuckDBPyConnection, run_id: str, world_size: int | None = None) -> Plan | None:
+    """Ranks whose last collectives are in different groups, each lacking one the other issued
+    (two groups taken in different orders): every rank's sequence over all its groups, in its
+    own order, from a few collectives before the last one all ranks issued in each group. None
+    when no two groups end apart."""
+    seqs = recorded_in_order(con, run_id)
+    if len(seqs) < 2:
+        return None
+    last: dict[str, dict[int, int]] = {}
+    for rank, ops in seqs.items():
+        for o in ops:
+            last.setdefault(o.pg, {})[rank] = max(last.get(o.pg, {}).get(rank, 0), o.seq)
+    apart = {pg: ends for pg, ends in last.items() if len(ends) == len(seqs) and len(set(ends.values())) > 1}
+    if len(apart) < 2:
+        return None
+    low = {pg: max(1, min(ends.values()) - GROUP_WINDOW + 1) for pg, ends in last.items()}
+    sequences = {r: [o for o in ops if o.seq >= low[o.pg]] for r, ops in seqs.items()}
+    world = world_size or max(seqs) + 1
+    ranks = sorted(seqs)
+    groups = {pg: ranks for pg in sorted(last, key=lambda g: (len(g), g)) if pg != "0"}
+    first = min(low[pg] for pg in apart)
+    ahead = {pg: sorted(r for r, e in ends.items() if e == max(ends.values())) for pg, ends in apart.items()}
+    return Plan(world_size=world, sequences=sequences, pg=",".join(sorted(apart)), first_seq=first,
+                divergence=max(min(ends.values()) + 1 for ends in apart.values()), culprits=[], kind="cycle",
+                groups=groups, notes=[
+                    "several groups end apart: " + "; ".join(
+                        f"group {pg}: rank(s) {rank_ranges(ahead[pg])} issued seq {max(last[pg].values())}, the "
+                        f"others stopped at {min(last[pg].values())}" for pg in sorted(apart))
+                    + "; each rank replays its collectives of every group in its own recorded order"])
+
+
+def fixed_order(p: Plan) -> Plan:
+    """The group order equalized: every rank issues every group's collectives of the window, in
+    the order a rank that kept the job's order (not a culprit) issued them; those only others
+    issued come after, in their order."""
+    keeper = min((r for r in p.sequences if r not in p.culprits), default=min(p.sequences))
+    order = [(o.pg, o.seq) for o in p.sequences[keeper]]
+    ops = {(o.pg, o.seq): o for r in sorted(p.sequences) for o in p.sequences[r]}
+    order += [k for r in sorted(p.sequences) for k in ((o.pg, o.seq) for o in p.sequences[r]) if k not in order]
+    order = list(dict.fromkeys(order))
+    sequences = {r: [replace(ops[k], source="fix") for k in order] for r in p.sequences}
+    return replace(p, sequences=sequences, notes=p.notes + [
+        f"--fix: every rank issues each group's collectives in rank {keeper}'s order"])
+
+
+# ---------------------------------------------------------------- point-to-point: a missing send
+
+_ANSWER = {"send": "recv", "isend": "recv", "recv": "send", "irecv": "send"}
+
+
+def plan_p2p(con: duckdb.DuckDBPyConnection, run_id: str, world_size: int | None = None) -> Plan | None:
+    """Ranks that timed out in a send or recv (gloo records neither in its flight recorder; the
+    tracebacks' user lines name the peer), replayed as the wait-for graph they left: each rank
+    issues its recorded wait, then answers the ranks that wait for it (a rank blocked in its own
+    wait cannot send before it returns). The culprit's answer to the rank waiting for it at an
+    earlier point is the one it skipped: the replay leaves it out, ``--fix`` issues it first."""
+    from postmortem.checks.collective_hang import p2p_culprits, p2p_waits
+
+    waits, unread = p2p_waits(con, run_id)
+    culprits = sorted(p2p_culprits(waits, unread))
+    if not waits or not culprits:
+        return None
+    # what a culprit skipped: its answer to the rank it waits for in return (it moved past that
+    # point), or to every rank waiting for it when it waits for no one
+    skipped = {(c, r) for c in culprits for r, w in waits.items()
+               if w["peer"] == c and (c not in waits or waits[c]["peer"] == r)}
+    sequences: dict[int, list[Op]] = {}
+    for rank, w in sorted(waits.items()):
+        op = _ANSWER[_ANSWER[w["op"]]]  # isend -> send, irecv -> recv
+        ops = [Op(pg="0", seq=1, op=op, in_numel=1, out_numel=1, dtype="Float", source="traceback",
+                  file=w["file"], line=w["line"], peer=w["peer"])]
+        for waiter, theirs in sorted(waits.items()):
+            if theirs["peer"] == rank and (rank, waiter) not in skipped:
+                ops.append(Op(pg="0", seq=len(ops) + 1, op=_ANSWER[theirs["op"]], in_numel=1, out_numel=1,
+                              dtype="Float", source="answer", peer=waiter))
+        sequences[rank] = ops
+    world = world_size or max(waits) + 1
+    for rank in range(world):
+        sequences.setdefault(rank, [])
+    missing = "; ".join(f"rank {c} -> rank {r}" for c, r in sorted(skipped))
+    return Plan(world_size=world, sequences=sequences, pg="0", first_seq=1, divergence=1, culprits=culprits,
+                kind="p2p", notes=[
+                    "point-to-point waits from the tracebacks (gloo records no send/recv): " + "; ".join(
+                        f"rank {r} in {w['op']} with rank {w['peer']} at {w['site']}" for r, w in sorted(waits.items()))
+                    + f"; left out, as in the run: {missing}; sizes not recorded: 1-element tensors"])
+
+
+def fixed_p2p(p: Plan) -> Plan:
+    """The missing send added: each culprit first answers the ranks that waited for it, then
+    waits as it did."""
+    sequences = {r: list(ops) for r, ops in p.sequences.items()}
+    for c in p.culprits:
+        answered = {o.peer for o in sequences.get(c, [])[1:]}
+        waiting = [r for r, ops in p.sequences.items() if ops and ops[0].peer == c and r not in answered]
+        first = [Op(pg="0", seq=0, op=_ANSWER[p.sequences[r][0].op], in_numel=1, out_numel=1, dtype="Float",
+                    source="fix", peer=r) for r in sorted(waiting)]
+        sequences[c] = first + sequences[c]
+    return replace(p, sequences=sequences, notes=p.notes + [
+        f"--fix: rank(s) {rank_ranges(p.culprits)} first send what the ranks waiting for them wait for"])
