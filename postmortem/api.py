@@ -575,7 +575,7 @@ def analyze_job(parquet: str | Path, job_id: str, db: str | Path | None = None, 
 
     run_id = new_run_id()
     con, assembled = jobs.analyze(parquet, job_id, run_id, signatures, fail_on, nodes,
-                                  calibrate=globals().get("_calibrator"))
+                                  calibrate=_calibrator)  # the same fitted confidences as analyze DIR
     if keep:
         store.persist(con, Path(db) if db else store.default_db_path(), run_id)
     report = jobs.report(con, run_id, assembled)

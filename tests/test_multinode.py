@@ -17,12 +17,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
 import re
 import shutil
+import subprocess
+import sys
 from datetime import datetime, timedelta
+from importlib import resources
 from pathlib import Path
 
+import jsonschema
 import pytest
 from postmortem.parsers import pickles
 
@@ -236,14 +241,39 @@ def test_re_ingesting_a_node_leaves_one_copy_of_its_rows(tmp_path):
 
 
 def test_a_node_that_never_ingested_is_named_in_the_verdict(tmp_path):
+    """gpu-01's epilog never ran: the job's other node (with the merged console, where rank 1's
+    lines are too) is analyzed, and the verdict says which node is missing."""
     name = "hang_dataloader"
-    layout = split_into_nodes(sample_dir(name), tmp_path / "nodes", 2)
+    split_into_nodes(sample_dir(name), tmp_path / "nodes", 2)
     ingest_job(tmp_path / "nodes", tmp_path / "pq", "j", ["gpu-00"])
     report = api.analyze_job(tmp_path / "pq", "j", keep=False, nodes=["gpu-00", "gpu-01"])
-    assert "rank 1 left no rows: node gpu-01 did not ingest" in report["verdict"]["summary"]
-    assert report["missing"] == {"ranks": [1], "nodes": ["gpu-01"],
-                                 "summary": "rank 1 left no rows: node gpu-01 did not ingest"}
-    assert layout["gpu-01"] == [1]
+    assert report["verdict"]["summary"].endswith("(node gpu-01 expected by the scheduler did not ingest)")
+    assert report["missing"]["nodes"] == ["gpu-01"]
+    finding = next(f for f in report["findings"] if f["signature"] == "multi-node-job")
+    assert finding["severity"] == "warning" and "gpu-01" in finding["summary"]
+
+
+def test_ranks_no_node_wrote_are_named_with_the_node_that_did_not_ingest(tmp_path):
+    """An NCCL hang on 2 nodes without the launcher's merged console: gpu-01 never ingested, so
+    rank 1 left nothing, and the world size NCCL's init line states (nranks 2) shows it missing."""
+    name = "hang_dataloader_nccl"
+    split_into_nodes(sample_dir(name), tmp_path / "nodes", 2)
+    for merged in (tmp_path / "nodes" / "gpu-00").glob("console.log"):
+        merged.unlink()  # the launcher's merged output would hold rank 1's lines too
+    ingest_job(tmp_path / "nodes", tmp_path / "pq", "j", ["gpu-00"])
+    report = api.analyze_job(tmp_path / "pq", "j", keep=False, nodes=["gpu-00", "gpu-01"])
+    assert report["world_size"] == 2
+    assert "(rank 1 left no rows: node gpu-01 did not ingest)" in report["verdict"]["summary"]
+    assert report["missing"]["ranks"] == [1]
+
+
+def test_the_missing_sentence_names_ranges_and_nodes():
+    from postmortem.job import Job, missing_sentence
+
+    job = Job("4711", "gpu-00", {}, {}, missing_ranks=list(range(24, 32)), missing_nodes=["gpu-07"])
+    assert missing_sentence(job) == "ranks 24-31 left no rows: node gpu-07 did not ingest"
+    job.missing_nodes = []
+    assert missing_sentence(job) == "ranks 24-31 left no rows: no node that ingested ran them"
 
 
 def test_the_cli_ingests_each_node_and_analyzes_the_job_with_analyzes_exit_code(tmp_path):
@@ -262,6 +292,8 @@ def test_the_cli_ingests_each_node_and_analyzes_the_job_with_analyzes_exit_code(
                               "-f", "json", "-q"])
     whole = runner.invoke(app, ["analyze", str(sample_dir(name)), "--no-history", "-f", "json", "-q"])
     assert job.exit_code == whole.exit_code == 1
+    schema = json.loads(resources.files("postmortem").joinpath("schema/report-1.json").read_text())
+    jsonschema.validate(json.loads(job.stdout), schema)
     assert _verdict(json.loads(job.stdout)) == _verdict(json.loads(whole.stdout))
     assert list((tmp_path / "pq" / "events").glob("date=*/job=4711/node=gpu-01/*.parquet"))
     none = runner.invoke(app, ["analyze", "--parquet", str(tmp_path / "pq"), "--job", "nope", "--no-history"])
@@ -283,3 +315,27 @@ def test_a_slurm_host_list_expands_to_the_node_names():
 
     assert expand_nodelist("gpu-[00-02,07],login1") == ["gpu-00", "gpu-01", "gpu-02", "gpu-07", "login1"]
     assert expand_nodelist("node[9-11]") == ["node9", "node10", "node11"]
+
+
+def test_every_nodes_slurm_epilog_ingests_and_the_last_one_analyzes_the_job(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    name = "rank_sigkill"
+    layout = split_into_nodes(sample_dir(name), tmp_path / "local", 2)
+    bin_dir = tmp_path / "bin"  # Slurm's own `scontrol show hostnames`, for a machine without Slurm
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\nprintf 'gpu-00\\ngpu-01\\n'\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    out = tmp_path / "shared" / "jobs" / "4242"
+    env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu-[00-01]",
+           "POSTMORTEM_PARQUET": str(tmp_path / "shared" / "pq"), "POSTMORTEM_OUT": str(out),
+           "PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for node in layout:  # gpu-00's epilog finds gpu-01 missing and leaves the verdict to it
+        env.update(SLURMD_NODENAME=node, POSTMORTEM_LOCAL_LOGS=str(tmp_path / "local" / node))
+        done = subprocess.run(["bash", str(root / "examples/slurm/epilog-multinode.sh")], env=env, timeout=300,
+                              check=False)
+        assert done.returncode == 0
+        assert (out / "postmortem.json").exists() == (node == "gpu-01")
+    report = json.loads((out / "postmortem.json").read_text())
+    assert _verdict(report) == _want(name)
+    assert [n["node"] for n in report["nodes"]] == ["gpu-00", "gpu-01"] and report["missing"]["nodes"] == []
+    assert (out / "postmortem.rc").read_text().strip() == "1"
