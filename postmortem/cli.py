@@ -576,7 +576,7 @@ def watch(
     fmt: str = typer.Option("rich", "--format", "-f", help="rich, text or json."),
     fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 if a stall's finding is at least this severe."),
     labels: list[str] = LabelOption,
-    quiet: bool = QuietOption,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not echo a started job's console."),
     no_history: bool = typer.Option(False, "--no-history", help="Do not store the stall's analysis in the history."),
     db: Optional[Path] = DbOption,
 ) -> None:
@@ -619,7 +619,8 @@ def watch(
     found_issue = []
 
     def emit(doc: dict) -> None:
-        found_issue.append(api.exit_status([f["severity"] for f in doc["report"]["findings"]], fail_on))
+        if doc["report"] is not None:  # another node's watcher reads the verdict when this one is not rank 0's
+            found_issue.append(api.exit_status([f["severity"] for f in doc["report"]["findings"]], fail_on))
         if fmt == "json":
             sys.stdout.write(watching.to_json(doc) + "\n")
             sys.stdout.flush()

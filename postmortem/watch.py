@@ -421,6 +421,8 @@ class Watcher:
         self.armed = True  # a stall is reported once; progress re-arms it
         self.found_at = -RANK_RESCAN_S
         self.started = False  # every rank has written a line: the job is past its start
+        self.looks = 0
+        self.expected: int | None = None  # ranks on this node (set for --pids)
 
     def refresh_ranks(self, now: float, wall: float) -> None:
         # Finding the ranks reads the process table: every RANK_RESCAN_S, or when one is gone.
@@ -437,44 +439,69 @@ class Watcher:
             look(p, now, wall, self.options.interval_s, self.log_dir)
 
     def local_world_size(self) -> int:
-        """How many ranks run on this node, as torchrun tells its workers (LOCAL_WORLD_SIZE)."""
-        for p in self.ranks.values():
-            value = rerun._environ(p.pid).get("LOCAL_WORLD_SIZE", "")
-            if value.isdigit():
-                return int(value)
-        return 1
+        """How many ranks to expect here: the pids given, or what torchrun tells its workers
+        (LOCAL_WORLD_SIZE), read once."""
+        if self.expected is None:
+            for p in self.ranks.values():
+                value = rerun._environ(p.pid).get("LOCAL_WORLD_SIZE", "")
+                if value.isdigit():
+                    self.expected = int(value)
+                    break
+        return self.expected or 1
 
     def step(self) -> dict | None:
         """One look at every rank; a stall's document when this look found one."""
+        self.looks += 1
         now, wall = time.monotonic(), time.time()
         self.refresh_ranks(now, wall)
+        stuck = self.stalled_ranks(now, wall)
+        return self.on_stall(stuck, now) if stuck else None
+
+    def stalled_ranks(self, now: float, wall: float) -> list[int]:
+        """The frozen ranks, once per stall (progress re-arms it), after the job's start."""
         live = [p for p in self.ranks.values() if not p.gone]
         if not self.started:
             # Ranks that finished importing wait for the others in the rendezvous: the stall clock
             # starts once every rank has written a line.
             if not live or len(live) < self.local_world_size() or not all(p.spoke for p in live):
-                return None
+                return []
             self.started = True
             for p in live:
                 p.progressed_at, p.progressed_wall = now, wall
         stuck = frozen(self.ranks, now, self.options.stall_s)
         if not stuck:
             self.armed = True
-            return None
+            return []
         if not self.armed:
-            return None
+            return []
         self.armed = False
-        return self.on_stall(stuck, now)
+        return stuck
 
-    def on_stall(self, stuck: list[int], now: float) -> dict:
-        live = {r: p.pid for r, p in self.ranks.items() if not p.gone}
-        since = min(self.ranks[r].progressed_at for r in stuck)
-        since_wall = min(self.ranks[r].progressed_wall for r in stuck)
+    def on_stall(self, stuck: list[int], now: float) -> dict | None:
+        since, since_wall = self.since(stuck)
         self.note(f"stall: rank(s) {rank_ranges(stuck)} showed no progress for {now - since:.0f} s; "
-                  f"taking py-spy dumps of {len(live)} rank(s)")
+                  f"taking py-spy dumps of {len(self.live())} rank(s)")
+        dumps, asked = self.evidence()
+        return self.verdict_doc(stuck, since, since_wall, dumps, asked)
+
+    def live(self) -> dict[int, int]:
+        return {r: p.pid for r, p in self.ranks.items() if not p.gone}
+
+    def since(self, stuck: list[int]) -> tuple[float, float]:
+        """When the stalled ranks (all live ones when none is named) last progressed: monotonic, wall."""
+        ranks = [self.ranks[r] for r in stuck] or [p for p in self.ranks.values() if not p.gone]
+        return min(p.progressed_at for p in ranks), min(p.progressed_wall for p in ranks)
+
+    def evidence(self) -> tuple[dict[int, dict], list[str]]:
+        live = self.live()
         fr_prefix = self.out / FR_PIPE_PREFIX if self.command else None
         asked: list[str] = []
         dumps = pyspy_twice(live, self.out, between=lambda: asked.extend(ask_flight_recorder(live, fr_prefix)))
+        return dumps, asked
+
+    def verdict_doc(self, stuck: list[int], since: float, since_wall: float, dumps: dict[int, dict],
+                    asked: list[str]) -> dict:
+        """Analyze the directory as a run labelled watch; the stall's document."""
         labels = {"watch": "true", "watch_stalled_ranks": rank_ranges(stuck),
                   "watch_stalled_s": f"{time.monotonic() - since:.0f}", **self.options.labels}
         if self.command:
@@ -491,12 +518,12 @@ class Watcher:
         stalled_s = round(time.monotonic() - since, 1)
         doc = {
             "schema": SCHEMA, "run_id": run_id, "source_dir": str(analyzed),
-            "command": self.command, "ranks": self.rank_table(now),
+            "command": self.command, "ranks": self.rank_table(time.monotonic()),
             "stalled_ranks": stuck, "stalled_since": _iso(since_wall), "stalled_s": stalled_s,
             "timeout_s": timeout_s, "timeout_at": _iso(since_wall + timeout_s) if timeout_s else None,
             "timeout_left_s": round(timeout_s - stalled_s, 1) if timeout_s else None,
             "evidence": {"pyspy": dumps, "flight_recorder_pipes": asked},
-            "verdict": report["verdict"], "culprit_innermost": culprit_frames(report["verdict"], dumps),
+            "verdict": report["verdict"], "culprit_innermost": culprit_frames(report["verdict"], self.out / "pyspy"),
             "action_taken": self.options.action, "killed": None, "pids": sorted(self.tree.alive()), "report": report,
         }
         self.stalls.append(doc)
@@ -511,9 +538,16 @@ class Watcher:
                 for r, p in sorted(self.ranks.items())}
 
 
-def culprit_frames(verdict: dict, dumps: Mapping[int, dict]) -> dict[str, str | None]:
-    """rank -> the innermost frame py-spy saw in each culprit rank's main thread (its wait)."""
-    return {str(r): dumps[r]["innermost"][1] for r in verdict.get("culprit_ranks") or [] if r in dumps}
+def culprit_frames(verdict: dict, pyspy_dir: Path) -> dict[str, str | None]:
+    """rank -> the innermost frame py-spy saw in each culprit rank's main thread (its wait), from
+    the dumps in ``pyspy_dir`` (this node's or another's, on a shared directory)."""
+    frames = {}
+    for rank in verdict.get("culprit_ranks") or []:
+        try:
+            frames[str(rank)] = innermost((pyspy_dir / f"rank{rank}.txt").read_text(encoding="utf-8"))
+        except OSError:
+            continue
+    return frames
 
 
 def watch_command(argv: list[str], options: Options, out: Path | None = None,
@@ -522,6 +556,7 @@ def watch_command(argv: list[str], options: Options, out: Path | None = None,
     """Start ``argv`` with rerun's instruments and watch it until it exits, or until a stall's
     action (dump, kill) ends the watch. Returns the final document."""
     check_options(options)
+    cpu0 = time.process_time()
     if shutil.which(argv[0]) is None:  # before anything is created
         where = "not on PATH" if "/" not in argv[0] else "no executable file there"
         raise PostmortemError(f"No such command: {argv[0]} ({where}).")
@@ -563,6 +598,7 @@ def watch_command(argv: list[str], options: Options, out: Path | None = None,
     final = {"schema": SCHEMA, "command": argv, "out_dir": str(out), "ended": ended, "exit_code": exit_code,
              "seconds": round(time.monotonic() - t0, 1), "pids": sorted(tree.seen), "instruments": chosen,
              "stalls": len(watcher.stalls), "killed": killed, "ranks": watcher.rank_table(time.monotonic()),
+             "looks": watcher.looks, "watch_cpu_s": round(time.process_time() - cpu0, 2),
              "verdict": watcher.stalls[-1]["verdict"] if watcher.stalls else (report or {}).get("verdict"),
              "report": report}
     return final
@@ -574,6 +610,7 @@ def watch_directory(directory: Path, options: Options, pids: list[int] | None = 
     """Attach to a job started elsewhere whose logs go to ``directory``: its ranks are ``pids``, or
     the processes carrying RANK that write under it (found within ``wait_s``, the stall by default)."""
     check_options(options)
+    cpu0 = time.process_time()
     directory = Path(directory)
     if not directory.is_dir():
         raise PostmortemError(f"{directory} is not a directory.")
@@ -604,20 +641,190 @@ def watch_directory(directory: Path, options: Options, pids: list[int] | None = 
     tree.scan()
     out = directory / "postmortem-watch"
     watcher = _AttachedWatcher(options, out, tree, find, directory, emit, note)
+    if pids:
+        watcher.expected = len(find())
     t0 = time.monotonic()
     ended, killed = _loop(watcher, tree, lambda: all(p.gone for p in watcher.ranks.values()) and bool(watcher.ranks),
                           None, options)
     return {"schema": SCHEMA, "command": None, "out_dir": str(directory), "ended": ended, "exit_code": None,
             "seconds": round(time.monotonic() - t0, 1), "pids": sorted(tree.seen), "instruments": {},
             "stalls": len(watcher.stalls), "killed": killed, "ranks": watcher.rank_table(time.monotonic()),
+            "looks": watcher.looks, "watch_cpu_s": round(time.process_time() - cpu0, 2),
             "verdict": watcher.stalls[-1]["verdict"] if watcher.stalls else None, "report": None}
 
 
+class Meeting:
+    """How the watchers of one job's nodes agree on a stall, through files in the shared log
+    directory (no process of our own beyond the watchers):
+
+        postmortem-watch/watchers/<id>.json         each watcher, its host and ranks, written at start
+        postmortem-watch/trigger.json               {"id", "by", "at"}: a watcher saw a stall
+        postmortem-watch/answers/<stall>/<id>.json  a watcher dumped its ranks for that stall
+        postmortem-watch/verdicts/<stall>.json      the verdict the leader (the node holding rank 0) read
+
+    Every file is written whole and renamed into place, so a reader never sees half of one.
+    """
+
+    def __init__(self, root: Path, me: str):
+        self.root, self.me = root, me
+        self.answered: set[str] = set()
+
+    def _write(self, path: Path, doc: dict) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{self.me}.tmp")
+        tmp.write_text(json.dumps(doc, default=str), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def _read(self, path: Path) -> dict | None:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def register(self, ranks: list[int], world_size: int | None) -> None:
+        self._write(self.root / "watchers" / f"{self.me}.json",
+                    {"watcher": self.me, "host": os.uname().nodename, "ranks": ranks, "world_size": world_size})
+
+    def watchers(self) -> list[dict]:
+        found = (self._read(p) for p in sorted((self.root / "watchers").glob("*.json")))
+        return [w for w in found if w and isinstance(w.get("ranks"), list)]
+
+    def latest(self) -> dict | None:
+        return self._read(self.root / "trigger.json")
+
+    def pending(self) -> dict | None:
+        """The latest stall, when this watcher has not answered it yet."""
+        trigger = self.latest()
+        return trigger if trigger and trigger.get("id") and trigger["id"] not in self.answered else None
+
+    def trigger(self, stuck: list[int]) -> dict:
+        doc = {"id": f"{int(time.time())}-{secrets.token_hex(3)}", "by": self.me, "at": time.time(),
+               "stalled_ranks": stuck}
+        self._write(self.root / "trigger.json", doc)
+        return doc
+
+    def answer(self, stall_id: str, ranks: list[int], stalled: list[int]) -> None:
+        self.answered.add(stall_id)
+        self._write(self.root / "answers" / stall_id / f"{self.me}.json",
+                    {"watcher": self.me, "ranks": ranks, "stalled": stalled})
+
+    def answers(self, stall_id: str) -> list[dict]:
+        found = (self._read(p) for p in sorted((self.root / "answers" / stall_id).glob("*.json")))
+        return [a for a in found if a and isinstance(a.get("ranks"), list)]
+
+    def leader(self, trigger: dict) -> str:
+        """The watcher holding rank 0; the one that saw the stall when no watcher holds it."""
+        return next((w["watcher"] for w in self.watchers() if 0 in w["ranks"]), trigger.get("by") or self.me)
+
+    def publish(self, stall_id: str, doc: dict) -> None:
+        self._write(self.root / "verdicts" / f"{stall_id}.json", doc)
+
+    def verdict(self, stall_id: str) -> dict | None:
+        return self._read(self.root / "verdicts" / f"{stall_id}.json")
+
+
+def wait_for(check: Callable[[], object], timeout_s: float, step_s: float = 0.25) -> object:
+    """``check()``'s first truthy value within ``timeout_s`` (its last value otherwise)."""
+    end = time.monotonic() + timeout_s
+    value = check()
+    while not value and time.monotonic() < end:
+        time.sleep(step_s)
+        value = check()
+    return value
+
+
+ANSWER_WAIT_S = 30.0  # how long the leader waits for every node's dumps; a node silent that long is named
+
+
 class _AttachedWatcher(Watcher):
-    """An attached job's dumps go under its log directory, and the whole directory is analyzed."""
+    """A job started elsewhere, maybe on many nodes sharing its log directory: dumps go under it,
+    a stall seen by any node's watcher is answered by all (``Meeting``), and the watcher of the
+    node holding rank 0 reads the whole directory into one verdict."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.meeting = Meeting(self.out, f"{os.uname().nodename}-{os.getpid()}")
+        self.registered: list[int] = []
 
     def analyzed_dir(self) -> Path:
         return self.log_dir
+
+    def world_size(self) -> int | None:
+        for p in self.ranks.values():
+            value = rerun._environ(p.pid).get("WORLD_SIZE", "")
+            if value.isdigit():
+                return int(value)
+        return None
+
+    def step(self) -> dict | None:
+        doc = super().step()
+        if sorted(self.ranks) != self.registered:
+            self.registered = sorted(self.ranks)
+            self.meeting.register(self.registered, self.world_size())
+        if doc is None and (trigger := self.meeting.pending()) and self.ranks:
+            self.note(f"watcher {trigger.get('by')} saw a stall: dumping this node's rank(s) "
+                      f"{rank_ranges(sorted(self.live()))}")
+            doc = self.answer(trigger, [])
+        return doc
+
+    def on_stall(self, stuck: list[int], now: float) -> dict | None:
+        latest = self.meeting.latest()
+        if latest and latest.get("id") in self.meeting.answered and time.time() - latest.get("at", 0) < self.options.stall_s:
+            return None  # the stall another node reported a moment ago: already answered
+        trigger = self.meeting.pending() or self.meeting.trigger(stuck)
+        self.note(f"stall: rank(s) {rank_ranges(stuck)} showed no progress for {now - self.since(stuck)[0]:.0f} s; "
+                  f"taking py-spy dumps of {len(self.live())} rank(s)")
+        return self.answer(trigger, stuck)
+
+    def answer(self, trigger: dict, stuck: list[int]) -> dict:
+        stuck = stuck or frozen(self.ranks, time.monotonic(), self.options.stall_s)
+        since, since_wall = self.since(stuck)
+        dumps, asked = self.evidence()
+        self.meeting.answer(trigger["id"], sorted(dumps), stuck)
+        leader = self.meeting.leader(trigger)
+        if leader != self.meeting.me:
+            self.note(f"dumps written; the verdict is read by watcher {leader} (the node holding rank 0)")
+            verdict = wait_for(lambda: self.meeting.verdict(trigger["id"]), 2 * ANSWER_WAIT_S)
+            doc = {"schema": SCHEMA, "run_id": (verdict or {}).get("run_id"), "source_dir": str(self.log_dir),
+                   "command": None, "ranks": self.rank_table(time.monotonic()), "stalled_ranks": stuck,
+                   "stalled_since": _iso(since_wall), "stalled_s": round(time.monotonic() - since, 1),
+                   "timeout_s": None, "timeout_at": None, "timeout_left_s": None,
+                   "evidence": {"pyspy": dumps, "flight_recorder_pipes": asked},
+                   "verdict": (verdict or {}).get("verdict"), "culprit_innermost": {}, "read_by": leader,
+                   "action_taken": self.options.action, "killed": None, "pids": sorted(self.tree.alive()),
+                   "report": None}
+            self.stalls.append(doc)
+            return doc
+        nodes = self.wait_for_nodes(trigger["id"])
+        everywhere = sorted({r for a in self.meeting.answers(trigger["id"]) for r in a.get("stalled") or []
+                             if isinstance(r, int)} | set(stuck))
+        doc = self.verdict_doc(everywhere, since, since_wall, dumps, asked)
+        doc["nodes"] = nodes
+        self.meeting.publish(trigger["id"], {"run_id": doc["run_id"], "verdict": doc["verdict"], "nodes": nodes})
+        return doc
+
+    def wait_for_nodes(self, stall_id: str) -> dict:
+        """Wait for every registered watcher's dumps (and every rank of the job to be dumped);
+        who answered, which watchers did not, which ranks no watcher dumped."""
+        world = self.world_size()
+
+        def complete() -> bool:
+            answered = {a["watcher"] for a in self.meeting.answers(stall_id)}
+            dumped = {r for a in self.meeting.answers(stall_id) for r in a["ranks"]}
+            registered = {w["watcher"] for w in self.meeting.watchers()}
+            return registered <= answered and (world is None or dumped >= set(range(world)))
+
+        wait_for(complete, ANSWER_WAIT_S)
+        answers = self.meeting.answers(stall_id)
+        answered = sorted(a["watcher"] for a in answers)
+        dumped = {r for a in answers for r in a["ranks"]}
+        silent = sorted(w["watcher"] for w in self.meeting.watchers() if w["watcher"] not in answered)
+        missing = sorted(set(range(world)) - dumped) if world else []
+        if silent or missing:
+            self.note(f"no dumps from watcher(s) {', '.join(silent) or '-'}; rank(s) "
+                      f"{rank_ranges(missing) or '-'} not dumped")
+        return {"answered": answered, "silent": silent, "ranks_not_dumped": missing, "world_size": world}
 
 
 def _loop(watcher: Watcher, tree: Tree, finished: Callable[[], bool], tail: _Tail | None,
@@ -690,7 +897,7 @@ def _new_dir(out: Path | None, stem: str) -> Path:
 
 def describe_stall(doc: dict) -> str:
     """A stall's verdict in a few lines: culprit, its wait, the user line, how long, time left."""
-    v = doc["verdict"]
+    v = doc["verdict"] or {}
     lines = [(f"stalled {doc['stalled_s']:g} s (since {doc['stalled_since']}): rank(s) "
               f"{rank_ranges(doc['stalled_ranks'])} made no progress")]
     if v.get("signature"):
@@ -708,6 +915,12 @@ def describe_stall(doc: dict) -> str:
                      f"(in {doc['timeout_left_s']:g} s)")
     else:
         lines.append("collective timeout: not in the logs (gloo does not print it)")
+    nodes = doc.get("nodes") or {}
+    if nodes.get("silent") or nodes.get("ranks_not_dumped"):
+        lines.append(f"never answered: watcher(s) {', '.join(nodes['silent']) or '-'}; rank(s) "
+                     f"{rank_ranges(nodes['ranks_not_dumped']) or '-'} not dumped")
+    if doc.get("read_by"):
+        lines.append(f"this node's ranks were dumped; watcher {doc['read_by']} (rank 0's node) reads the verdict")
     lines.append(f"run {doc['run_id']} (label watch) — action: {doc['action_taken']}")
     return "\n".join(lines)
 

@@ -11,8 +11,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -77,14 +79,14 @@ def _processes_running(script: Path) -> list[int]:
 
 def _blocked_at(log_root: Path) -> float:
     """The wall time rank 2 logged just before it blocked."""
-    for path in log_root.rglob("attempt_0/2/stdout.log"):
-        m = re.search(r"blocking at step 5 at unix time (\d+\.\d+)", path.read_text())
+    for path in log_root.rglob("stdout.log"):
+        m = re.search(r"\[rank2\] blocking at step 5 at unix time (\d+\.\d+)", path.read_text())
         if m:
             return float(m[1])
     raise AssertionError(f"rank 2 never logged its block under {log_root}")
 
 
-def _assert_hang_verdict(doc: dict, script: Path) -> None:
+def _assert_hang_verdict(doc: dict, script: Path, dumped: tuple[str, ...] = ("0", "1", "2", "3")) -> None:
     assert doc["schema"] == "postmortem.watch/1"
     assert doc["verdict"]["signature"] == "collective-hang"
     assert doc["verdict"]["culprit_ranks"] == [2]
@@ -92,7 +94,7 @@ def _assert_hang_verdict(doc: dict, script: Path) -> None:
     assert doc["culprit_innermost"]["2"].startswith("Condition.wait (threading.py")  # Event.wait's innermost
     assert doc["stalled_s"] >= 10
     assert 2 in doc["stalled_ranks"]
-    assert sorted(doc["evidence"]["pyspy"]) == ["0", "1", "2", "3"]  # every rank dumped
+    assert sorted(doc["evidence"]["pyspy"]) == list(dumped)  # every rank this watcher holds was dumped
 
 
 def _assert_gone_within_grace(script: Path, pids: list[int], since: float) -> None:
@@ -219,3 +221,98 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path):
         assert "Traceback" not in result.output
     assert not any(tmp_path.iterdir())  # nothing was created for a command that does not exist
 
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _workers_of(agent: subprocess.Popen, count: int, timeout_s: float = 90) -> list[int]:
+    """The pids of an agent's worker processes, once it has started ``count`` of them."""
+    end = time.time() + timeout_s
+    while time.time() < end:
+        children = []
+        for name in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == agent.pid:
+                        children.append(int(name))
+            except (OSError, ValueError):
+                continue
+        if len(children) >= count:
+            return sorted(children)
+        time.sleep(0.5)
+    raise AssertionError(f"agent {agent.pid} did not start {count} workers")
+
+
+def _two_nodes(tmp_path: Path, script: Path) -> tuple[Path, list[subprocess.Popen]]:
+    """A 4-rank job as two torchrun agents of 2 ranks each (nodes 0 and 1 of a static rendezvous)
+    on this machine, each writing its logs under the same shared directory; rank 2 blocks at step 5."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    port = str(_free_port())
+    agents = []
+    for node in (0, 1):
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+                "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port,
+                "--log-dir", str(shared / f"node{node}"), "--redirects", "3",
+                str(script), "--steps", "200", "--hang-rank", "2", "--hang-step", "5"]
+        agents.append(subprocess.Popen(argv, env=JOB_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return shared, agents
+
+
+def test_two_nodes_sharing_a_log_directory_dump_their_own_ranks_and_rank_0s_node_names_the_culprit(tmp_path):
+    script = _job_script(tmp_path)
+    shared, agents = _two_nodes(tmp_path, script)
+    try:
+        pids = [_workers_of(agent, 2) for agent in agents]
+        watchers = [_watch(str(shared), "--pids", ",".join(map(str, node_pids)), "--stall", "10", "-f", "json",
+                           "--action", "kill", "--grace", str(GRACE_S), "--no-history") for node_pids in pids]
+        results: list[list] = [[], []]
+        readers = [threading.Thread(target=lambda i=i: results[i].extend(_documents(watchers[i]))) for i in (0, 1)]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join(timeout=120)
+        for w in watchers:
+            w.wait(timeout=30)
+        assert results[0] and results[1], [w.stderr.read() for w in watchers]
+        (arrived, leader), (_, other) = results[0][0], results[1][0]
+        _assert_hang_verdict(leader, script, dumped=("0", "1"))  # read on node 0 from both nodes' dumps
+        assert arrived - _blocked_at(shared) <= 45
+        assert leader["nodes"]["silent"] == [] and leader["nodes"]["ranks_not_dumped"] == []
+        assert len(leader["nodes"]["answered"]) == 2
+        assert other["report"] is None and other["read_by"] in leader["nodes"]["answered"]
+        assert sorted(other["evidence"]["pyspy"]) == ["2", "3"]  # node 1 dumped its own ranks only
+        assert other["verdict"]["culprit_ranks"] == [2]  # ... and got rank 0's node's verdict
+        for agent in agents:
+            assert agent.wait(timeout=GRACE_S + 5) is not None
+        _assert_gone_within_grace(script, [p for node in pids for p in node], arrived)
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+
+
+def test_a_node_whose_watcher_never_answers_is_named(tmp_path):
+    script = _job_script(tmp_path)
+    shared, agents = _two_nodes(tmp_path, script)
+    try:
+        node0 = _workers_of(agents[0], 2)
+        _workers_of(agents[1], 2)
+        proc = _watch(str(shared), "--pids", ",".join(map(str, node0)), "--stall", "10", "-f", "json",
+                      "--action", "kill", "--grace", str(GRACE_S), "--no-history")
+        docs = _documents(proc)
+        proc.wait(timeout=30)
+        stall = docs[0][1]
+        assert stall["nodes"]["ranks_not_dumped"] == [2, 3]  # node 1 has no watcher: nobody dumped its ranks
+        assert sorted(stall["evidence"]["pyspy"]) == ["0", "1"]
+        assert stall["verdict"]["culprit_ranks"] != [0] and stall["verdict"]["culprit_ranks"] != [1]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
