@@ -355,7 +355,8 @@ def _calibrator(con: duckdb.DuckDBPyConnection, run_id: str, sigs: list[catalog.
     builtin = {s.id for s in sigs if s.origin == "built-in"}
 
     def calibrate(finding: engine.Finding) -> None:
-        finding.evidence_kind = calibration.evidence_kind((e["file"] for e in finding.evidence), kind_of)
+        finding.evidence_kind = calibration.evidence_kind((e["file"] for e in finding.evidence), kind_of,
+                                                          any(e["rank"] is not None for e in finding.evidence))
         if finding.signature in builtin:  # a user's signature of the same id is not what was fitted
             finding.confidence = calibration.fitted(table, finding.signature, finding.evidence_kind,
                                                     finding.confidence)

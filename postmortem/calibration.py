@@ -12,7 +12,8 @@ The table lives in ``signatures/calibration.toml``, written by
     seen = 13
 
 A finding's *evidence kind* is the strongest kind of file its evidence rows come from
-(a flight-recorder dump says more than a py-spy stack, which says more than a line of text).
+(a flight-recorder dump says more than a py-spy stack, which says more than a line of text),
+and whether any of them names a rank ("text_log, no rank": a pasted excerpt's lines).
 The fitted confidence is a Beta-smoothed fraction: the signature's own rate (Laplace:
 (right + 1) / (seen + 2)) is the prior of each of its evidence kinds, worth PRIOR_WEIGHT
 scenarios. A signature no scenario has judged keeps its check's own figure.
@@ -47,13 +48,12 @@ class Outcome:
     right: bool
 
 
-def evidence_kind(files: Iterable[str | None], kind_of: dict[str, str]) -> str:
-    """The strongest kind among the files a finding's evidence names ("text_log" if none is known)."""
+def evidence_kind(files: Iterable[str | None], kind_of: dict[str, str], ranked: bool = True) -> str:
+    """The strongest kind among the files a finding's evidence names ("text_log" if none is known),
+    marked ", no rank" when no evidence row names a rank (an excerpt's unattributed lines)."""
     kinds = {kind_of.get(f) for f in files if f}
-    for kind in EVIDENCE_ORDER:
-        if kind in kinds:
-            return kind
-    return min((k for k in kinds if k), default="text_log")
+    kind = next((k for k in EVIDENCE_ORDER if k in kinds), None) or min((k for k in kinds if k), default="text_log")
+    return kind if ranked else f"{kind}, no rank"
 
 
 def load(path: Path | None = None) -> dict[tuple[str, str], tuple[int, int]]:

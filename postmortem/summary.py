@@ -275,7 +275,7 @@ def rank_endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
                 how = cause
             when, evidence = own_end["ts"], own_end
             inferred, upper = bool(own_end["ts_inferred"]), own_end["ts_before"]
-            victim = bool(_PEER_CAUSED.search(cause or ""))
+            victim = bool(PEER_CAUSED.search(cause or ""))
         elif signalled:
             how = f"{signalled['signal']} from torchrun (torn down after another rank failed)"
             when, evidence, signal = signalled["ts"], signalled, signal or signalled["signal"]
@@ -321,7 +321,7 @@ NCCL_ABORT = "SIGABRT after the collective timeout (ProcessGroupNCCL's abort)"
 # rank's end, not a cause. gloo words its collective timeout two ways: "Timed out waiting
 # 30000ms for recv operation to complete", or, when the timeout closes the pair first,
 # "Application timeout caused pair closure" (both seen 30 s into a hang in sample_logs/).
-_PEER_CAUSED = re.compile(
+PEER_CAUSED = re.compile(
     r"(?i)connection (?:reset|closed) by peer|timed out waiting|Application timeout caused pair closure"
     r"|Watchdog caught collective operation timeout"
     r"|communicator was aborted|Broken pipe|remote (?:worker|process|peer)|Connection refused|DistNetworkError"

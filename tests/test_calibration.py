@@ -26,6 +26,8 @@ def test_the_strongest_evidence_names_a_findings_kind():
     assert calibration.evidence_kind(["logs/0/stdout.log", "r1.pyspy", "nccl_trace_rank_1"], kind_of) == "flight_recorder"
     assert calibration.evidence_kind(["logs/0/stdout.log", "r1.pyspy"], kind_of) == "pyspy"
     assert calibration.evidence_kind([None, "gone.log"], kind_of) == "text_log"
+    # an excerpt's lines that name no rank are weaker evidence than a rank's own log
+    assert calibration.evidence_kind(["logs/0/stdout.log"], kind_of, ranked=False) == "text_log, no rank"
 
 
 def test_a_fit_is_smoothed_toward_its_signature_and_a_signature_never_judged_keeps_its_own_figure():

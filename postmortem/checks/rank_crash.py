@@ -13,7 +13,7 @@ from collections import defaultdict
 import duckdb
 
 from postmortem.engine import rank_ranges
-from postmortem.summary import rank_endings
+from postmortem.summary import PEER_CAUSED, rank_endings
 
 _FATAL_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"}
 
@@ -56,16 +56,39 @@ def _grouped(endings: list[dict]) -> str:
     return "; ".join(parts)
 
 
+def _rankless(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    """In logs that name no rank at all (an excerpt, a launcher's console of unprefixed workers),
+    the first uncaught exception that is not a peer's consequence: a process died of it, which
+    rank it was the logs do not say."""
+    ((ranks,),) = con.execute("SELECT ranks_seen FROM runs WHERE run_id = ?", [run_id]).fetchall()
+    if ranks:
+        return []
+    for file, line, message, user_frame in con.execute(
+        """
+        SELECT file, line_no, message, attrs->>'user_frame' FROM events
+        WHERE run_id = ? AND kind = 'exception' AND rank IS NULL ORDER BY file, line_no
+        """, [run_id]).fetchall():
+        if not PEER_CAUSED.search(message or ""):
+            return [{"rank": None, "ts": None, "file": file, "line": line, "text": message, "culprit": True,
+                     "who": "a process the logs name no rank for", "how": message.rstrip("."), "case": "exception",
+                     "user_line": user_frame or "unknown", "others": "no other rank is named",
+                     "confidence": 0.6}]
+    return []
+
+
 def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     endings = rank_endings(con, run_id)
     failed = [e for e in endings if e["ended"] != "no failure recorded"]
+    if not endings:
+        return _rankless(con, run_id)
     if not failed or failed[0]["consequence"]:
         return []
     first, others = failed[0], failed[1:]
     ev = first["evidence"] or {}
     rows = [{
         "rank": first["rank"], "ts": first["ts"], "file": ev.get("file"), "line": ev.get("line"),
-        "text": ev.get("text"), "culprit": True, "how": first["ended"], "case": _case(first),
+        "text": ev.get("text"), "culprit": True, "who": f"rank {first['rank']}", "how": first["ended"],
+        "case": _case(first),
         "signal": first["signal"], "pid": first["pid"], "host": first["host"],
         "user_line": _user_line(con, run_id, ev) or "unknown",
         "others": _grouped(others),
