@@ -29,7 +29,10 @@ from .errors import PostmortemError
 
 HEAD_BYTES = 64 << 10
 
-_RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:", re.M)
+# Where a file's lines come from one rank. A prefix counts mid-line too: one rank's warning glued
+# to another rank's progress bar ("  0%|          | 0/10 [00:00<?, ?it/s][rank0]:[W1201 ...",
+# both writing one console) makes the file mixed.
+_RANK_PREFIX = re.compile(rb"\[rank(\d+)\]:")
 _TEE_PREFIX = re.compile(rb"^\[([A-Za-z_]+?)(\d+)\]:", re.M)
 _TORCHRUN_LAYOUT = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log(?:\.gz)?$|(?:^|/)attempt_\d+/(\d+)/error\.json$")
 _NAME_RANK = re.compile(r"(?i)(?:^|[^a-z])rank[_-]?(\d+)(?!\d)")

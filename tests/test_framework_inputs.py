@@ -104,6 +104,27 @@ def test_transformers_5_log_dicts_with_string_figures_read_as_nan_grad_norms(sam
     assert report["verdict"]["signature"] == "non-finite-loss"
 
 
+def test_hf_console_alone_names_the_nan_grad_norms_but_no_rank(sample, tmp_path):
+    """What a user most often has: the console. Its log dicts name no rank (only rank 0 prints
+    them) beside [rankN]:-prefixed warnings; they count since no ranked line is bad."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "console.log").write_bytes((sample("hf_trainer_non_finite_loss") / "console.log").read_bytes())
+    report = api.analyze(folder, keep=False)
+    assert report["verdict"]["signature"] == "non-finite-loss"
+    assert report["verdict"]["culprit_ranks"] == []
+
+
+def test_a_rank_prefix_glued_to_a_progress_bar_makes_the_console_mixed(sample):
+    """Line 1 starts with [rank1]:, line 2 has rank 0's warning glued to tqdm's bar: the file is
+    not rank 1's (it was, and every log dict of rank 0 was blamed on rank 1)."""
+    from postmortem.discover import rank_from_content
+
+    head = (sample("hf_trainer_non_finite_loss") / "console.log").read_bytes()
+    assert head.startswith(b"[rank1]:") and b"it/s][rank0]:[W" in head
+    assert rank_from_content(head) == (None, False)
+
+
 # ---------------------------------------------------------------- Lightning
 
 
