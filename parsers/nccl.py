@@ -607,12 +607,80 @@ def _fr_not_joined_events(df: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
     ))
 
 
+# TORCH_NCCL_DESYNC_DEBUG's report (TraceUtils.h retrieveDesyncReport, the same text from 1.11
+# through 2.13; appended to the watchdog's timeout line up to 2.1, its own LOG(ERROR) since,
+# "Rank 3" before it from 2.6), one record per line. No log of it was found in public threads:
+# the tests hold lines built from these format strings.
+#     \t - [7] Timeout at collective: ALLREDUCE, #183
+#     \t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:
+#     \t   - [3] joined but didn't finish collective #182 (count from 1)
+#     \t     [2, 5] finished collective #182, but didn't join collective #183 (count from 1)
+#     \t - To our best knowledge, ranks [1, 4] are the lagging ranks that caused this timeout. They never joined any collectives
+#     \t   #183 started ranks:
+#     \t     [0, 1, 6, 7] started ALLREDUCE
+_DESYNC_MARKERS = ["] Timeout at collective: ", "] joined but didn't finish collective #",
+                   ", but didn't join collective #", "] are the lagging ranks that caused this timeout"]
+_DESYNC = (
+    r"\[(?<own_rank>\d+)\] Timeout at collective: (?<own_op>\w+), #(?<own_seq>\d+)"
+    r"|\[(?<started>[\d, ]+)\] joined but didn't finish collective #(?<started_seq>\d+)"
+    r"|\[(?<finished>[\d, ]+)\] finished collective #(?<finished_seq>\d+), but didn't join collective #\d+"
+    r"|ranks \[(?<absent>[\d, ]*)\] are the lagging ranks that caused this timeout"
+)
+
+
+def _desync_rows(own: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(``desync_report`` events, ``rank_status`` rows) from the report's lines. The report names
+    no process group (it reads its own group's keys of the store), so ``pg`` stays NULL. Per rank:
+    the one that timed out issued ``#S`` (``timed_out_seq``); "joined but didn't finish #L"
+    ranks issued L and completed L - 1; "finished #L, but didn't join #L+1" ranks completed L
+    and issued nothing after; "never joined any collectives" ranks issued none (0)."""
+    found = own.filter(pl.col("msg").str.contains_any(_DESYNC_MARKERS)).with_columns(
+        extract_groups("msg", _DESYNC).alias("g")).unnest("g")
+    found = found.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in ("own_rank", "started", "finished", "absent")))
+    if found.is_empty():
+        return conform("events", found.clear()), conform("rank_status", found.clear())
+    ranks = lambda c: pl.col(c).str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int32))  # safe: Polars list.eval
+    what = (pl.when(pl.col("own_rank").is_not_null()).then(pl.lit("timed_out"))
+            .when(pl.col("started").is_not_null()).then(pl.lit("joined_not_finished"))
+            .when(pl.col("finished").is_not_null()).then(pl.lit("finished_not_joined"))
+            .otherwise(pl.lit("never_joined")))
+    found = header_source(found).with_columns(
+        what.alias("what"),
+        pl.coalesce(ranks("own_rank"), ranks("started"), ranks("finished"), ranks("absent")).alias("named"),
+        pl.coalesce(pl.col("own_seq"), pl.col("started_seq"), pl.col("finished_seq")).cast(pl.Int64).alias("seq"),
+    )
+    events = conform("events", found.select(
+        "rank", "ts", "line_no", "level",
+        pl.lit("desync debug").alias("source"),
+        pl.lit("desync_report").alias("kind"),
+        pl.col("msg").str.strip_chars().str.slice(0, 2000).alias("message"),
+        "pid",
+        json_attrs(what=pl.col("what"), ranks=pl.col("named"), seq=pl.col("seq"), op=pl.col("own_op")).alias("attrs"),
+        "file",
+    ))
+    per_rank = found.explode("named").filter(pl.col("named").is_not_null())
+    seq = pl.col("seq")
+    status = per_rank.select(
+        pl.col("named").alias("rank"),
+        pl.lit(None, pl.Utf8).alias("pg"),
+        pl.when(pl.col("what") == "never_joined").then(pl.lit(0, pl.Int64)).otherwise(seq).alias("last_enqueued"),
+        pl.when(pl.col("what") == "joined_not_finished").then(seq - 1)
+        .when(pl.col("what") == "finished_not_joined").then(seq)
+        .when(pl.col("what") == "never_joined").then(pl.lit(0, pl.Int64)).alias("last_completed"),
+        pl.when(pl.col("what") == "timed_out").then(seq).alias("timed_out_seq"),
+        pl.lit("desync_report").alias("source"),
+        "file", "line_no",
+    )
+    return events, conform("rank_status", status)
+
+
 _PG_INIT_MARKER = "initialization options: size:"
 
 
 # A chunk none of whose lines holds one of these is skipped before any frame work.
 LINES = "|".join(re.escape(m) for m in (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS,
-                                        *_NCCL_RESULT_MARKERS, _GLOO_TIMEOUT_MARKER, _FR_NOT_JOINED_MARKER))
+                                        *_NCCL_RESULT_MARKERS, _GLOO_TIMEOUT_MARKER, _FR_NOT_JOINED_MARKER,
+                                        *_DESYNC_MARKERS))
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
@@ -627,6 +695,9 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
     yield "events", _nccl_error_events(df, own)
     yield "events", _gloo_timeout_events(own)
     yield "events", _fr_not_joined_events(df, own)
+    desync_events, desync_status = _desync_rows(own)
+    yield "events", desync_events
+    yield "rank_status", desync_status
     yield "stacks", _failed_collective_stacks(df, own)
     watchdog = _watchdog_lines(df, own)
     if not watchdog.is_empty():

@@ -1,4 +1,4 @@
-"""NCCL RAS reports (`ncclras`, NCCL >= 2.24) into ``events`` (kind ``ras_mismatch``).
+"""NCCL RAS reports (`ncclras`, NCCL >= 2.24) into ``events`` (kind ``ras_mismatch``) and ``rank_status``.
 
 A line parser: ``textlog`` hands it frames of lines. RAS, asked during a hang, says which
 ranks of a communicator have launched how many collectives. Real lines (NCCL 2.26.2, a
@@ -15,7 +15,8 @@ Each "N ranks have launched up to operation K" line is a group of ranks; the ran
 after a group line ("Rank 12 -- GPU ...", or one rank alone: "Rank 7 has launched up to
 operation 60 -- GPU ...") are that group's, RAS's outliers. The job summary's "Processes
 (total)" gives the communicator's size where the block does not list every rank. One event per
-mismatch block; its attrs hold the op, the size and each group's count, operation and ranks.
+mismatch block; its attrs hold the op, the size and each group's count, operation and ranks;
+each listed rank is a ``rank_status`` row (source ``nccl_ras``) at its group's operation count.
 """
 
 from __future__ import annotations
@@ -85,3 +86,16 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
                                             "op": block["op"], "groups": block["groups"],
                                             "ranks": state.get("ras_processes", {}).get(start["file"])})})
     yield "events", frame("events", events)
+    yield "rank_status", frame("rank_status", _listed_status(events))
+
+
+def _listed_status(events: list[dict]) -> list[dict]:
+    """Each rank RAS lists, at the operation count of its group: how far it got in the
+    communicator (``last_enqueued``). RAS counts per NCCL communicator, not per process group
+    sequence, so ``pg`` stays NULL: its counts are compared within its own report only."""
+    rows = []
+    for e in events:
+        for g in json.loads(e["attrs"])["groups"]:
+            rows += [{"rank": r, "pg": None, "last_enqueued": g["op_count"], "source": "nccl_ras",
+                      "file": e["file"], "line_no": e["line_no"]} for r in g["ranks"]]
+    return rows

@@ -95,3 +95,57 @@ def test_find_cycle_returns_the_cycle_from_its_lowest_rank_and_nothing_for_a_cha
     assert find_cycle(edges) == [(1, "grads"), (3, "metrics")]
     assert find_cycle({0: [(1, "g")], 2: [(1, "g")]}) == []
     assert find_cycle({0: [(1, "a")], 1: [(2, "b")], 2: [(0, "c")]}) == [(0, "a"), (1, "b"), (2, "c")]
+
+
+# TORCH_NCCL_DESYNC_DEBUG's report, as ProcessGroupNCCL (2.6+: DesyncDebugger::run, LOG(ERROR) <<
+# "Rank 0" << retrieveDesyncReport(...)) prints it. No public thread we could use holds a real one:
+# these lines are built from TraceUtils.h's format strings (analyzeLaggingRanks, analyzeMissingRanks,
+# dumpSnapshot; the same text from 1.11 to 2.13) under a glog header of the form our NCCL samples show.
+WATCHDOG = ("[E1201 10:20:07.118209713 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=183, OpType=ALLREDUCE, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=30000) "
+            "ran for 30050 milliseconds before timing out.\n")
+LAGGING = ("[E1201 10:20:07.120000000 ProcessGroupNCCL.cpp:2165] Rank 0\n"
+           "\t - [0] Timeout at collective: ALLREDUCE, #183\n"
+           "\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:\n"
+           "\t     [1] finished collective #182, but didn't join collective #183 (count from 1)\n"
+           "\t - Snapshot of ranks' latest states:\n"
+           "\t   #182 finished ranks:\n"
+           "\t     [1] finished ALLREDUCE\n"
+           "\t   #183 started ranks:\n"
+           "\t     [0] started ALLREDUCE\n")
+MISSING = ("[E1201 10:20:07.120000000 ProcessGroupNCCL.cpp:2165] Rank 0\n"
+           "\t - [0] Timeout at collective: ALLREDUCE, #1\n"
+           "\t - To our best knowledge, ranks [1] are the lagging ranks that caused this timeout. "
+           "They never joined any collectives\n")
+
+
+def analyze_text(tmp_path, text: str) -> tuple[dict, list]:
+    (tmp_path / "rank0.log").write_text(text)
+    con, run_id, _ = api.ingest(tmp_path, keep=False)
+    status = con.execute("SELECT rank, last_enqueued, last_completed, timed_out_seq FROM rank_status "
+                         "WHERE run_id = ? AND source = 'desync_report' ORDER BY rank", [run_id]).fetchall()
+    return api.analyze(tmp_path, keep=False)["verdict"], status
+
+
+def test_the_desync_reports_lagging_rank_is_the_hang_culprit_and_its_state_is_rank_status(tmp_path):
+    v, status = analyze_text(tmp_path, WATCHDOG + LAGGING)
+    # rank 0 issued #183 and timed out in it; rank 1 completed #182 and never issued #183
+    assert status == [(0, 183, None, 183), (1, 182, 182, None)]
+    assert v["signature"] == "collective-hang" and v["culprit_ranks"] == [1]
+    assert "#182" in v["summary"] and "desync report" in v["summary"]
+
+
+def test_ranks_the_desync_report_says_never_joined_any_collective_are_the_culprits(tmp_path):
+    v, status = analyze_text(tmp_path, MISSING)
+    assert (1, 0, 0, None) in status
+    assert v["signature"] == "collective-hang" and v["culprit_ranks"] == [1]
+
+
+def test_the_ranks_an_nccl_ras_report_lists_are_rank_status_at_their_groups_operation_count():
+    # e_nccl_ras_opcount_mismatch_1911 (NCCL 2.26.2, real): ranks 12 and 13 listed at AllGather 641
+    from pathlib import Path
+    case = Path(__file__).parent / "realworld" / "e_nccl_ras_opcount_mismatch_1911"
+    con, run_id, _ = api.ingest(case, keep=False)
+    status = con.execute("SELECT rank, pg, last_enqueued FROM rank_status WHERE run_id = ? AND source = 'nccl_ras' "
+                         "ORDER BY rank", [run_id]).fetchall()
+    assert status == [(12, None, 641), (13, None, 641)]

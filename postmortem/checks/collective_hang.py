@@ -356,6 +356,53 @@ def _crossed(stacks: dict[int, dict], waiting: list[int], stopped) -> list[dict]
              "waiting": rank_ranges(waiting), "confidence": 0.5} for rank in waiting]
 
 
+def _desync_report(con: duckdb.DuckDBPyConnection, run_id: str, crashed: set[int]) -> list[dict]:
+    """PyTorch's TORCH_NCCL_DESYNC_DEBUG report: the ranks it names as lagging (that never
+    joined any collective, or whose last collective is the lowest any rank reached: "joined but
+    didn't finish #L", "finished #L, but didn't join #L+1") are the ones the others wait for."""
+    rows = con.execute(
+        """
+        SELECT attrs->>'what', TRY_CAST(attrs->>'seq' AS BIGINT), attrs->'ranks', ts, file, line_no, message
+        FROM events WHERE run_id = ? AND kind = 'desync_report'
+          AND attrs->>'what' IN ('never_joined', 'joined_not_finished', 'finished_not_joined')
+        ORDER BY attrs->>'what' <> 'never_joined', TRY_CAST(attrs->>'seq' AS BIGINT), file, line_no
+        """, [run_id]).fetchall()
+    if not rows:
+        return []
+    what, seq = rows[0][0], rows[0][1]
+    same = [r for r in rows if r[0] == what] if what == "never_joined" else \
+        [r for r in rows if r[1] == seq and r[0] != "never_joined"]
+    named: dict[int, tuple] = {}
+    for row in same:
+        for rank in json.loads(row[2] or "[]"):
+            if isinstance(rank, int) and rank not in crashed:
+                named.setdefault(rank, row)
+    if not named:
+        return []
+    timed_out = con.execute(
+        "SELECT DISTINCT rank FROM rank_status WHERE run_id = ? AND source = 'desync_report' AND timed_out_seq IS NOT "
+        "NULL AND rank IS NOT NULL ORDER BY rank", [run_id]).fetchall()
+    waiting = rank_ranges([r[0] for r in timed_out if r[0] not in named]) or "?"
+    if what == "never_joined":
+        headline = (f"the desync report (TORCH_NCCL_DESYNC_DEBUG) names rank(s) {rank_ranges(sorted(named))} as "
+                    f"lagging: they never joined any collective of the group rank(s) {waiting} timed out in")
+    else:
+        headline = (f"the desync report (TORCH_NCCL_DESYNC_DEBUG) names rank(s) {rank_ranges(sorted(named))} as "
+                    f"lagging: their last collective is #{seq}, the lowest any rank reached, while rank(s) {waiting} "
+                    f"timed out in a later one")
+    stacks = stack_positions(con, run_id)
+    out = []
+    for rank, (kind, _, _, ts, file, line, message) in sorted(named.items()):
+        pos = stacks.get(rank)
+        where = (f"it was in {pos['innermost']}, called from {pos['user_line'] or 'no user frame'}" if pos else
+                 "the report says where its sequence stopped, not what it was doing: a stack dump shows that")
+        out.append({"rank": rank, "ts": ts, "file": file, "line": line, "text": message, "culprit": True,
+                    "case": "never_enqueued" if kind != "joined_not_finished" else "never_completed",
+                    "headline": headline, "where": where, "user_line": (pos or {}).get("user_line") or "unknown",
+                    "waiting": waiting, "confidence": 0.85})
+    return out
+
+
 def _wait_for(found: list[alignment.Disagreement]) -> dict[int, list[tuple[int, alignment.Disagreement]]]:
     """The wait-for graph of the recorded collectives: an edge r -> s, labelled with the
     disagreement, when r waits in a collective of a group that s never issued."""
@@ -498,7 +545,8 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     cycle = _cycle(con, run_id, [d for d in everything if d.kind == "never_enqueued_waiting_elsewhere"], crashed)
     if cycle:
         return cycle
-    analyzed = (_from_analyzer(con, run_id, crashed) or _point_to_point(con, run_id, crashed)
+    analyzed = (_from_analyzer(con, run_id, crashed) or _desync_report(con, run_id, crashed)
+                or _point_to_point(con, run_id, crashed)
                 or _store_barrier(con, run_id, crashed) or _nccl_ras(con, run_id, crashed))
     if analyzed:
         return analyzed
