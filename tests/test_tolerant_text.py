@@ -87,6 +87,29 @@ def test_gloos_pair_closure_by_a_timeout_is_a_consequence_not_the_crash(sample):
     assert report["verdict"]["signature"] == "collective-hang" and report["verdict"]["culprit_ranks"] == [1]
 
 
+def test_a_recompile_limit_hit_by_dynamos_own_wrapper_names_the_users_guarded_line(sample):
+    # The same recompile_limit scenario, two torch versions' real hit lines:
+    #   2.13.0 (sample_logs/recompile_limit): "[4/8] torch._dynamo hit config.recompile_limit (8)"
+    #     -- frame 4, the user's MLP.forward, fills its cache first;
+    #   2.9.1 (sample_logs/recompile_limit_torch291): "[0/8] torch._dynamo hit config.recompile_limit (8)"
+    #     -- frame 0, dynamo's wrapper `inner` (torch/_dynamo/external_utils.py), first.
+    # Either way the value that varies is guarded in the user's forward: that line is the verdict's.
+    for name, frame in (("recompile_limit", "forward ("), ("recompile_limit_torch291", "inner (")):
+        verdict = api.analyze(sample(name), keep=False)["verdict"]
+        assert verdict["signature"] == "recompile-limit" and verdict["summary"].startswith(frame), name
+        assert verdict["user_line"].endswith("generate/train.py:60"), (name, verdict["user_line"])
+
+
+def test_a_completed_run_whose_dump_lags_on_completions_is_no_hang(sample):
+    # sample_logs/graph_breaks_torch291 (torch 2.9.1, gloo): both ranks logged "done" after the
+    # final barrier and exited 0, but rank 0's completion dump counts last_completed_collective 15
+    # of 17 enqueued (its peer's: 17). Every rank issued every collective in flight and nothing
+    # failed: that is bookkeeping, not a rank that stopped.
+    report = api.analyze(sample("graph_breaks_torch291"), keep=False)
+    assert report["verdict"]["signature"] == "graph-break"
+    assert not [f for f in report["findings"] if f["signature"] == "collective-hang"]
+
+
 def test_a_line_that_merely_starts_with_a_number_in_brackets_keeps_it():
     # torch's desync report puts the rank first: "[7] finished collective #182, ..." (a format
     # string of ProcessGroupNCCL's desync debug report; no public log of it was found)

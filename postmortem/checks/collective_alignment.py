@@ -399,10 +399,11 @@ def _hangs(con, run_id, calls_by_seq, members, descs) -> list[Disagreement]:
         someone_done = max((q["done"] or 0) for q in progress.values()) >= low
         laggards = consistent and someone_done and sorted(r for r, p in progress.items()
                                                           if r in issued and (p["done"] or 0) < low)
-        if low == min(enqs) == max(enqs):
-            # Every rank issued this last collective: in a run where nothing failed, its
-            # completion just wasn't recorded yet when they dumped (gloo marks it after the
-            # call returns), which is no hang.
+        if min(enqs) == max(enqs):
+            # Every rank issued every collective still in flight (the same last one): in a run
+            # where nothing failed, their completions just weren't recorded yet when they dumped
+            # (gloo marks one after the call returns; under torch 2.9.1 a rank's completion dump
+            # was seen two behind its peer's), which is no hang.
             troubled = _troubled(con, run_id) if troubled is None else troubled
             if not troubled:
                 continue

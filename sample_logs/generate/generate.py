@@ -722,6 +722,40 @@ NOTES = {
         "pair closure' (2.13's run: 'Timed out waiting 30000ms for recv operation to complete'); "
         "torchrun names rank 0 first observed (the wrong culprit) and SIGTERMs rank 1, in Queue.get "
         "under fetch_batch (py-spy, 10 s in). Flight recorder: rank 0 seq 14, rank 1 seq 12.",
+    "rank_exception_torch291":
+        "As rank_exception, under torch 2.9.1: rank 1's ValueError traceback ends in check_batch; "
+        "rank 0's backward all-reduce fails with gloo 'Connection closed by peer' (2.9.1's wording "
+        "stops there, without 2.13's 'This is typically caused by a remote worker crashing...') "
+        "and torchrun SIGTERMs it ('Sending process N closing signal SIGTERM'), but 2.9.1's "
+        "failure table lists rank 1 alone ('Failures: <NO_OTHER_FAILURES>'). Flight recorder: "
+        "rank 1 ends at collective_seq_id 12, rank 0 at 14.",
+    "hang_dataloader_torch291":
+        "As hang_dataloader, under torch 2.9.1: rank 0's backward all-reduce raises gloo 'Timed "
+        "out waiting 30000ms for recv operation to complete' 30 s into the hang; torchrun names "
+        "rank 0 first observed (the wrong culprit) and SIGTERMs rank 1, in Queue.get under "
+        "fetch_batch (py-spy, 10 s in), but 2.9.1's failure table lists rank 0 alone. Flight "
+        "recorder: rank 0 from main's exception path (seq 14), rank 1 from its SIGTERM handler "
+        "(seq 12).",
+    "recompile_limit_torch291":
+        "As recompile_limit, under torch 2.9.1, but the frame that fills its cache first is not "
+        "the user's: every step recompiles both dynamo's wrapper `inner` (frame 0, "
+        "torch/_dynamo/external_utils.py:66, guard `args[1] == <value>`) and MLP.forward (frame "
+        "4, guard `scale == <value>` at train.py:60, user_line), and '[0/8] torch._dynamo hit "
+        "config.recompile_limit (8)' comes for frame 0 after forward's seventh recompile ([4/7]; "
+        "2.13 logs '[4/8]'). From then on the wrapper runs eager. Exit 0.",
+    "graph_breaks_torch291":
+        "As graph_breaks, under torch 2.9.1 (2.9's reason wording: 'Unsupported Tensor.item() "
+        "call with capture_scalar_outputs=False', 'Failed to trace builtin operator' for print, "
+        "'Data-dependent branching'). Both ranks log 'done' after the final barrier and dump the "
+        "flight recorder (17 entries each), but rank 0's dump, taken 1 ms after its barrier "
+        "returned, counts last_completed_collective 15 (rank 1's: 17): gloo had not yet marked "
+        "its last two collectives complete. Exit 0.",
+    "native_crash_torch291":
+        "As native_crash, under torch 2.9.1: rank 1 dies of SIGSEGV (exitcode -11) with "
+        "'Fatal Python error: Segmentation fault' and its Python stack (train_step's "
+        "ctypes.string_at line, user_line); rank 0's backward all-reduce fails with a gloo "
+        "connection error, it dumps the flight recorder (seq 14) and torchrun SIGTERMs it, but "
+        "2.9.1's failure table lists rank 1 alone.",
     "nccl_duplicate_gpu":
         "As planned: at DDP's first collective (_verify_param_shape_across_processes, from the "
         "DDP(...) line in build(): user_line) both ranks log 'NCCL WARN Duplicate GPU detected "
