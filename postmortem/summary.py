@@ -325,6 +325,7 @@ PEER_CAUSED = re.compile(
     r"(?i)connection (?:reset|closed) by peer|timed out waiting|Application timeout caused pair closure"
     r"|Watchdog caught collective operation timeout"
     r"|communicator was aborted|Broken pipe|remote (?:worker|process|peer)|Connection refused|DistNetworkError"
+    r"|retrieving ncclUniqueId from \[\d+\] via c10d key-value store"
 )
 
 

@@ -51,3 +51,13 @@ def test_the_rank_no_timeout_names_with_a_bar_that_moved_for_the_whole_timeout_w
     verdict = api.analyze(CASE, keep=False)["verdict"]
     assert verdict["signature"] == "timeout-misconfigured" and verdict["culprit_ranks"] == [0]
     assert "Running tokenizer on dataset" in verdict["summary"] and "1800 s" in verdict["summary"]
+
+
+def test_a_store_wait_names_the_rank_it_waited_for_and_a_bar_drawn_as_it_failed_shows_that_rank_was_busy():
+    """Rank 1's NCCL setup gave up on the store key rank 0 never wrote ("retrieving ncclUniqueId
+    from [0]"), on the terminal line where rank 0's tokenizer bar stood at 47%: no timeout is
+    stated, but rank 0 was working when rank 1 failed, and rank 1 waited at main_process_first."""
+    verdict = api.analyze(CASE.parent / "c_chatglm_tuning_tokenize_store_timeout_137", keep=False)["verdict"]
+    assert verdict["signature"] == "timeout-misconfigured" and verdict["culprit_ranks"] == [0]
+    assert verdict["user_line"].endswith("utils/common.py:506")
+    assert "its length is not in the logs" in verdict["summary"]

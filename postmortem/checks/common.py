@@ -25,20 +25,41 @@ def timed_out_ranks(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, di
     status line of the same failure ("Exception (either an error or timeout) detected by watchdog
     at work: 1580", a timed-out sequence in ``rank_status``), whichever of them an excerpt kept."""
     rows = con.execute(
-        """
+        f"""
+        WITH waits AS (
+            SELECT coalesce(rank, TRY_CAST(regexp_extract(message, '{_STORE_WAIT}', 1) AS INTEGER)) AS rank,
+                   ts, file, line_no, message
+            FROM events e
+            WHERE run_id = $1
+              AND (kind = 'watchdog_timeout'
+                   OR (kind = 'exception' AND (message ILIKE '%timed out waiting%'
+                                               OR message LIKE '%Watchdog caught collective operation timeout%'
+                                               OR regexp_matches(message, '{_STORE_WAIT}')))
+                   OR (kind = 'log' AND EXISTS (
+                       SELECT 1 FROM rank_status s WHERE s.run_id = $1 AND s.rank = e.rank AND s.file = e.file
+                         AND s.line_no = e.line_no AND s.timed_out_seq IS NOT NULL)))
+        )
         SELECT rank, arg_min(ts, coalesce(ts, TIMESTAMP '2000-01-01')) AS ts,
                arg_min(file, line_no) AS file, min(line_no) AS line, arg_min(message, line_no) AS text
-        FROM events e
-        WHERE run_id = $1 AND rank IS NOT NULL
-          AND (kind = 'watchdog_timeout'
-               OR (kind = 'exception' AND (message ILIKE '%timed out waiting%'
-                                           OR message LIKE '%Watchdog caught collective operation timeout%'))
-               OR (kind = 'log' AND EXISTS (
-                   SELECT 1 FROM rank_status s WHERE s.run_id = $1 AND s.rank = e.rank AND s.file = e.file
-                     AND s.line_no = e.line_no AND s.timed_out_seq IS NOT NULL)))
+        FROM waits WHERE rank IS NOT NULL
         GROUP BY rank
         """, [run_id]).fetchall()
     return {r[0]: {"rank": r[0], "ts": r[1], "file": r[2], "line": r[3], "text": r[4]} for r in rows}
+
+
+# ProcessGroupNCCL's communicator setup waiting for the rank that makes the NCCL id, which never
+# wrote it to the store: "[1] is setting up NCCL communicator and retrieving ncclUniqueId from [0]
+# via c10d key-value store by key '0', but store->get('0') got error" (the waiting rank, then the
+# rank it waited for).
+_STORE_WAIT = r"^\w*(?:Error|Exception)?:? ?\[(\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from \[(\d+)\]"
+
+
+def waited_for(con: duckdb.DuckDBPyConnection, run_id: str) -> set[int]:
+    """Ranks that a timed-out rank's own message names as the one it waited for."""
+    rows = con.execute(f"""
+        SELECT DISTINCT TRY_CAST(regexp_extract(message, '{_STORE_WAIT}', 2) AS INTEGER) FROM events
+        WHERE run_id = ? AND kind = 'exception' AND regexp_matches(message, '{_STORE_WAIT}')""", [run_id]).fetchall()
+    return {r[0] for r in rows if r[0] is not None}
 
 
 def stack_positions(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, dict]:
@@ -103,7 +124,11 @@ def stuck_elsewhere(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict, 
         torn_down = ending["consequence"] or ending["ended"] == "no failure recorded"
         if torn_down:
             missing.append(ending)
-    return timed_out, missing + _never_seen(con, run_id, endings, timed_out)
+    named = [{"rank": r, "ended": "waited for by name", "ts": None, "ts_inferred": False, "consequence": False,
+              "evidence": None, "first_error": None, "last_event": None}
+             for r in sorted(waited_for(con, run_id) - set(timed_out) - {m["rank"] for m in missing} - there)
+             if r not in endings or endings[r]["ended"] == "no failure recorded"]
+    return timed_out, missing + (named or _never_seen(con, run_id, endings, timed_out))
 
 
 def _never_seen(con: duckdb.DuckDBPyConnection, run_id: str, endings: dict, timed_out: dict) -> list[dict]:

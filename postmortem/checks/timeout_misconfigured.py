@@ -59,6 +59,27 @@ def _timeout_ms(con: duckdb.DuckDBPyConnection, run_id: str) -> int | None:
     return min(values) if values else None
 
 
+def _failure_starts(con: duckdb.DuckDBPyConnection, run_id: str, timed_out: dict) -> list[tuple[str, int]]:
+    """(file, line) where each timed-out rank's error begins: its timeout line, or the first line
+    of the traceback that ends in it."""
+    starts = [(t["file"], t["line"]) for t in timed_out.values() if t["file"] is not None]
+    for file, line in list(starts):
+        starts += [(file, int(r[0])) for r in con.execute(
+            "SELECT attrs->>'traceback_line' FROM events WHERE run_id = ? AND file = ? AND line_no = ? "
+            "AND attrs->>'traceback_line' IS NOT NULL", [run_id, file, line]).fetchall()]
+    return starts
+
+
+def _waiting_line(con: duckdb.DuckDBPyConnection, run_id: str, timed_out: dict) -> str | None:
+    """The user's own frame of the first timed-out rank's traceback: where the job waited."""
+    for t in sorted(timed_out.values(), key=lambda t: t["rank"]):
+        rows = con.execute("SELECT attrs->>'user_frame' FROM events WHERE run_id = ? AND file = ? AND line_no = ? "
+                           "AND attrs->>'user_frame' IS NOT NULL", [run_id, t["file"], t["line"]]).fetchall()
+        if rows:
+            return rows[0][0]
+    return None
+
+
 def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     timed_out, missing = stuck_elsewhere(con, run_id)
     if not missing:
@@ -75,13 +96,17 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     busy = {rank: doing for rank, stack in frames.items() if (doing := what_it_was_doing(stack))}
     timeout = _timeout_ms(con, run_id)
     # a late rank with no stack dump: its progress bar, if it kept moving for most of the timeout
-    busy.update(busy_by_progress(con, run_id, late - set(frames), timeout))
+    by_progress = busy_by_progress(con, run_id, late - set(frames), timeout, _failure_starts(con, run_id, timed_out))
+    busy.update(by_progress)
     if not busy:
         return []
     rows = [{"rank": rank, "ts": None, "file": None, "line": None, "culprit": True,
              "text": f"{work} at {where} when the collective timeout expired",
-             "work": work, "where": where, "user_line": where, "waiting": rank_ranges(list(timed_out)),
-             "timeout_s": f"{timeout / 1000:g}" if timeout else "?", "confidence": 0.8}
+             "work": work, "where": where, "waiting": rank_ranges(list(timed_out)),
+             # a bar is not code: the user's line is where the others waited for it
+             "user_line": _waiting_line(con, run_id, timed_out) if rank in by_progress else where,
+             "timeout": f"the {timeout / 1000:g} s collective timeout" if timeout
+             else "their collective timeout (its length is not in the logs)", "confidence": 0.8}
             for rank, (work, where) in sorted(busy.items())]
     rows += [{**t, "culprit": False} for t in timed_out.values()]
     return rows
