@@ -840,8 +840,8 @@ def _loop(watcher: Watcher, tree: Tree, finished: Callable[[], bool], tail: _Tai
             doc = watcher.step()
             if doc is not None:
                 if options.action == "kill":
-                    watcher.note(f"killing the job: SIGTERM, SIGKILL after {options.grace_s:g} s")
                     watcher.emit(doc)
+                    watcher.note(f"killing the job: SIGTERM, SIGKILL after {options.grace_s:g} s")
                     t_kill = time.monotonic()
                     survivors = stop(tree, options.grace_s)
                     doc["killed"] = {"pids": sorted(tree.seen), "survivors": survivors,

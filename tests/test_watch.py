@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from postmortem import api, watch
@@ -134,6 +135,28 @@ def test_started_job_names_the_blocked_rank_and_its_line_within_45s_and_kill_lea
     stored = api.show(stall["run_id"], db=tmp_path / "h.duckdb")
     assert stored["job"]["labels"]["watch"] == "true"
     assert stored["verdict"]["culprit_ranks"] == [2]
+
+
+@pytest.mark.parametrize(("nproc", "how", "where"), [(8, "lock", "lock.acquire()"),
+                                                     (4, "sleep", "time.sleep(1)")])
+def test_a_rank_blocked_on_a_lock_or_in_a_sleep_loop_is_named_with_its_line(tmp_path, nproc, how, where):
+    script = _job_script(tmp_path)
+    out = tmp_path / "watch"
+    proc = _watch("--stall", "10", "-f", "json", "--action", "kill", "--grace", str(GRACE_S), "--no-history",
+                  "--out", str(out), "--", *_torchrun(nproc, script, "--steps", "200", "--hang-rank", "2",
+                                                      "--block-with", how))
+    docs = _documents(proc)
+    proc.wait(timeout=60)
+    arrived, stall = docs[0]
+    lines = script.read_text().splitlines()
+    number = next(i for i, line in enumerate(lines, 1) if where in line and "#" in line)  # the commented one
+    assert stall["verdict"]["signature"] == "collective-hang"
+    assert stall["verdict"]["culprit_ranks"] == [2]
+    assert stall["verdict"]["user_line"] == f"{script.name}:{number}"
+    assert sorted(stall["evidence"]["pyspy"], key=int) == [str(r) for r in range(nproc)]
+    assert stall["evidence"]["pyspy"]["2"]["moved"] is False  # the same stack in both dumps
+    assert arrived - _blocked_at(out / "logs") <= 45
+    _assert_gone_within_grace(script, stall["pids"], arrived)
 
 
 def test_attached_by_log_directory_names_the_blocked_rank_and_kill_ends_the_job(tmp_path):
