@@ -1276,7 +1276,8 @@ loop, the loop's `maybe_sync_before_step` line (470) also calls `before_train_st
 `init_distributed` (551) takes its timeout from `collective_timeout()` (30 s, or torch's
 30-minute default for `two_group_cycle` and `silent_hang_killed`): no marked line moved, but
 `main()` moved from 597 to 819, so the `<module>` frames of the logs made before them name line
-597. `pipeline_missing_send` runs 4 ranks (`--nproc-per-node 4`), eager. A scenario with
+597; `two_group_cycle`'s stall watchdog (`dump_when_stalled`, after everything) then moved it to
+831, so the logs made before that name line 819. `pipeline_missing_send` runs 4 ranks (`--nproc-per-node 4`), eager. A scenario with
 `kill_after_s` is killed at a deadline that many seconds after every rank logged step 3:
 generate.py SIGKILLs torchrun and every worker at once, as a scheduler would, so there is no
 failure table, no error.json and no flight-recorder dump; its `exit` says so. A folder the
@@ -1309,7 +1310,8 @@ which run on the CPU here; generate.py takes the torchrun beside that python). T
 whose messages differ most across versions: dynamo's recompile and graph-break logs
 (`recompile_limit`, `graph_breaks`, `compile_failure`), gloo's timeout and c10d's lines
 (`hang_dataloader`), tracebacks, torchrun's failure table and error.json (`rank_exception`,
-`native_crash`, `non_finite_loss`).
+`native_crash`, `non_finite_loss`). Each of them ran on both versions (no API train.py uses is
+missing from 2.9.1); where a run went otherwise than the 2.13 run, its note says how.
 
 **Other launchers** (`--launcher`). `_console`: torchrun without `--log-dir`, `--redirects`,
 `--tee`: the workers inherit torchrun's stdout, so `console.log` holds every rank's lines
