@@ -695,6 +695,16 @@ NOTES = {
         "with gloo 'Connection closed by peer' ~2 s after rank 1 raised and it exits 1 itself "
         "(both ranks exit 1). Both dump the flight recorder from main's exception path (rank 1 "
         "ends at collective_seq_id 12, rank 0 at 14).",
+    "native_crash_srun_label":
+        "As native_crash, in one slurm-<jobid>.out: rank 1's faulthandler dump ('1: Fatal Python "
+        "error: Segmentation fault', its stack naming train_step's ctypes.string_at line, "
+        "user_line) and exit -11 (SIGSEGV); rank 0's backward all-reduce fails with gloo 'Read "
+        "error ...: Connection reset by peer', it dumps the flight recorder (seq 14) and exits 1 "
+        "itself: no torchrun, so nobody SIGTERMs it and there is no failure table.",
+    "non_finite_loss_srun_label":
+        "As non_finite_loss, in one slurm-<jobid>.out: '1: ... [rank1] step 4 loss nan' while rank "
+        "0 logs 'step 4 loss 0.9510'; from step 5 both log 'loss nan'; both exit 0 and dump the "
+        "flight recorder at completion (25 entries each).",
     "rank_exception_console":
         "As rank_exception, in one console with no prefixes but train.py's own '[rank<r>]' and "
         "torch's '[rank<r>]:': rank 1's ValueError, rank 0's gloo 'Connection closed by peer', "
