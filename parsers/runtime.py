@@ -346,7 +346,7 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterator[tup
             stacks.append({"rank": start["rank"], "pid": start["pid"], "thread": "MainThread", "depth": depth,
                            "function": f["function"], "file": f["file"], "line": f["line"],
                            "source": "traceback", "origin": start["file"], "origin_line": start["line_no"]})
-        if exc_type and exc_type.endswith("OutOfMemoryError") or "CUDA out of memory" in last["text"]:
+        if exc_type and exc_type.endswith("OutOfMemoryError") or any(m in last["text"] for m in _OOM_MARKERS):
             figures = oom_figures(last["text"])
             events.append({**common, "line_no": last["line_no"], "level": "E", "kind": "oom",
                            "message": _short(last["text"].strip()), "attrs": _attrs(**figures, **timing)})
@@ -410,13 +410,16 @@ def _bare_exceptions(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterato
 # The message itself, after nothing but exception names (two ranks' lines interleaved by a
 # terminal: "OutOfMemoryErrorOutOfMemoryError.: : OutOfMemoryErrorCUDA out of memory. Tried to
 # allocate 2.11 GiB (GPU 6; ..."), not a log line that quotes it.
-_OOM_LINE = r"^\s*(?:[\w.]*(?:Error|Exception)[.: ]*)*CUDA out of memory"
+_OOM_LINE = r"^\s*(?:[\w.]*(?:Error|Exception)[.: ]*)*CUDA (?:error: )?out of memory"
+# The caching allocator's message, and the CUDA runtime's own (cudaErrorMemoryAllocation, a
+# cudaMalloc outside the allocator: "RuntimeError: CUDA error: out of memory" from model.to).
+_OOM_MARKERS = ("CUDA out of memory", "CUDA error: out of memory")
 
 
 def _out_of_memory_lines(own: pl.DataFrame, ended: set) -> pl.DataFrame:
     """CUDA out-of-memory messages wherever they stand (an excerpt that starts at one, a line
     that interleaves two), but the ends of tracebacks, which ``_tracebacks`` read."""
-    found = header_source(own.filter(pl.col("text").str.contains("CUDA out of memory", literal=True))
+    found = header_source(own.filter(pl.col("text").str.contains_any(list(_OOM_MARKERS)))
                           .filter(pl.col("msg").str.contains(_OOM_LINE)))
     rows = []
     for row in found.select("file", "line_no", "rank", "pid", "ts", "ts_ff", "ts_bf", "msg").to_dicts():

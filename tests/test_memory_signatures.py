@@ -116,7 +116,7 @@ def test_oom_spike_is_a_spike_at_the_users_line_not_a_leak(report_of, sample):
     assert report["verdict"]["signature"] == "cuda-oom" and oom["ranks"] == [1]
     assert "(a spike)" in oom["summary"] and "256.0 GiB" in oom["summary"]
     train_py = (sample("cuda_oom_spike").parent / "generate" / "train.py").read_text().splitlines()
-    where = oom["summary"].split(" at ", 1)[1].split(" asking", 1)[0]  # ".../train.py:233 in build_pair_mask"
+    where = oom["summary"].split(" at ", 1)[1].split(": asking", 1)[0]  # ".../train.py:233 in build_pair_mask"
     line = int(where.split(" in ")[0].rsplit(":", 1)[1])
     assert "torch.ones(n, n" in train_py[line - 1] and where.endswith("in build_pair_mask")
     assert "shape" in oom["remediation"]
