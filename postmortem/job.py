@@ -302,8 +302,9 @@ def missing_sentence(job: Job) -> str | None:
 
 
 def clock_sentences(job: Job) -> list[str]:
-    """One sentence per node on its clock: corrected, agreeing, or not estimable."""
-    said = []
+    """One sentence per node whose clock was corrected or cannot be estimated; one for all the
+    nodes whose clocks agree with the reference's (a 64-node job stays readable)."""
+    said, agreeing = [], []
     for node, clock in sorted(job.clocks.items()):
         if node == job.reference:
             continue
@@ -315,8 +316,16 @@ def clock_sentences(job: Job) -> list[str]:
             said.append(f"{node}'s clock is {clock.offset_s:+.1f} s against {job.reference} (± "
                         f"{clock.uncertainty_s:.2f} s, from {clock.moments} {clock.basis}); times below are corrected")
         else:
-            said.append(f"{node}'s clock agrees with {job.reference}'s within ± {clock.uncertainty_s:.2f} s "
-                        f"(from {clock.moments} {clock.basis}): its times are as printed")
+            agreeing.append(clock)
+    if len(agreeing) == 1:
+        clock = agreeing[0]
+        said.append(f"{clock.node}'s clock agrees with {job.reference}'s within ± {clock.uncertainty_s:.2f} s "
+                    f"(from {clock.moments} {clock.basis}): its times are as printed")
+    elif agreeing:
+        worst = max(c.uncertainty_s for c in agreeing)
+        said.append(f"the clocks of {len(agreeing)} nodes ({', '.join(c.node for c in agreeing[:4])}"
+                    f"{', ...' if len(agreeing) > 4 else ''}) agree with {job.reference}'s within ± {worst:.2f} s: "
+                    f"their times are as printed")
     return said
 
 
@@ -375,16 +384,15 @@ def assemble(root: str | Path, job_id: str, run_id: str,
 
 def job_finding(job: Job, order_notes: list[str]) -> engine.Finding:
     """The context finding that states how the job was assembled: nodes, clocks, what is missing."""
-    parts = [f"job {job.job_id} from {len(job.ranks_by_node)} node(s): " + "; ".join(
-        f"{n} ranks {engine.rank_ranges(r) or 'none'}" for n, r in sorted(job.ranks_by_node.items()))]
-    parts += clock_sentences(job) + order_notes
     gap = missing_sentence(job)
-    if gap:
-        parts.append(gap)
+    parts = [gap] if gap else []  # first: the report's table shows a finding's first 400 characters
+    parts += clock_sentences(job) + order_notes
+    parts.append(f"job {job.job_id} from {len(job.ranks_by_node)} node(s): " + "; ".join(
+        f"{n} ranks {engine.rank_ranges(r) or 'none'}" for n, r in sorted(job.ranks_by_node.items())))
     unknown = any(c.offset_s is None for n, c in job.clocks.items() if n != job.reference)
     return engine.Finding(
         signature=JOB_SIGNATURE, role="context", severity="warning" if gap or unknown else "info", confidence=1.0,
-        ranks=job.missing_ranks, summary=". ".join(parts),
+        ranks=job.missing_ranks, summary="; ".join(parts),
         evidence=[{"rank": None, "file": None, "line": None, "ts": None, "text": s} for s in parts],
         remediation=("Run `postmortem ingest DIR --parquet ROOT --job ID` in every node's epilog, then analyze "
                      "again." if gap else ""))

@@ -339,3 +339,20 @@ def test_every_nodes_slurm_epilog_ingests_and_the_last_one_analyzes_the_job(tmp_
     assert _verdict(report) == _want(name)
     assert [n["node"] for n in report["nodes"]] == ["gpu-00", "gpu-01"] and report["missing"]["nodes"] == []
     assert (out / "postmortem.rc").read_text().strip() == "1"
+
+
+def test_the_clock_statement_names_corrected_nodes_and_groups_the_agreeing_ones():
+    from postmortem.job import Clock, Job, clock_sentences
+
+    clocks = {"gpu-00": Clock("gpu-00", 0.0, 0.0, "the reference clock"),
+              "gpu-01": Clock("gpu-01", 0.01, 0.05, "step lines", 4),
+              "gpu-02": Clock("gpu-02", -0.02, 0.08, "step lines", 4),
+              "gpu-03": Clock("gpu-03", 2.4, 0.1, "completed collectives", 12),
+              "gpu-04": Clock("gpu-04")}
+    job = Job("4711", "gpu-00", {n: [i] for i, n in enumerate(clocks)}, clocks)
+    assert clock_sentences(job) == [
+        "gpu-03's clock is +2.4 s against gpu-00 (± 0.10 s, from 12 completed collectives); times below are corrected",
+        "gpu-04's clock against gpu-00 cannot be estimated (no moment seen on the ranks of both: a step line, a "
+        "collective completed everywhere, one sequence's watchdog timeouts): its times are as it printed them",
+        "the clocks of 2 nodes (gpu-01, gpu-02) agree with gpu-00's within ± 0.08 s: their times are as printed"]
+    assert [n for n, c in clocks.items() if c.corrected] == ["gpu-03"]
