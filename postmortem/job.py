@@ -416,6 +416,10 @@ def order_warnings(endings: list[dict], job: Job) -> list[str]:
             f"within their clocks' uncertainty (± {bound:.2f} s): which ended first is not told by the times")]
 
 
+# Verdicts that rest on which rank ended first: across nodes, only as sure as the clocks.
+FIRST_TO_END = {"rank-crash"}
+
+
 def analyze(root: str | Path, job_id: str, run_id: str, signatures: str | Path | None = None,
             fail_on: str = "error", expected_nodes: list[str] | None = None,
             calibrate=None) -> tuple[duckdb.DuckDBPyConnection, Job]:
@@ -432,7 +436,10 @@ def analyze(root: str | Path, job_id: str, run_id: str, signatures: str | Path |
     gap = missing_sentence(job)
     if top is not None and gap:
         top.summary = f"{top.summary} ({gap})"  # the verdict may be wrong for lack of those ranks: say so there
-    findings.append(job_finding(job, order_warnings(summary.rank_endings(con.cursor(), run_id), job)))
+    unordered = order_warnings(summary.rank_endings(con.cursor(), run_id), job)
+    if top is not None and unordered and top.signature in FIRST_TO_END:
+        top.summary = f"{top.summary} (but {unordered[0]})"
+    findings.append(job_finding(job, unordered))
     store.append(con, "findings", run_id, summary.findings_frame([f.row() for f in findings]))
     con.execute("UPDATE runs SET verdict = ?, exit_status = ? WHERE run_id = ?",
                 [top.signature if top else None, exit_status([f.severity for f in findings], fail_on), run_id])
@@ -445,6 +452,9 @@ def report(con: duckdb.DuckDBPyConnection, run_id: str, job: Job) -> dict:
     gap = missing_sentence(job)
     if gap and gap not in (rep["verdict"]["summary"] or ""):
         rep["verdict"]["summary"] = f"{rep['verdict']['summary']} ({gap})"
+    unordered = order_warnings(rep["ranks"], job)
+    if unordered and rep["verdict"]["signature"] is None and " ended first" in (rep["verdict"]["summary"] or ""):
+        rep["verdict"]["summary"] = f"{rep['verdict']['summary']} (but {unordered[0]})"
     rep["nodes"] = [{"node": n, "ranks": ranks, "clock_offset_s": job.clocks.get(n, Clock(n)).offset_s,
                      "clock_uncertainty_s": job.clocks.get(n, Clock(n)).uncertainty_s,
                      "clock_basis": job.clocks.get(n, Clock(n)).basis,

@@ -352,7 +352,25 @@ def test_the_clock_statement_names_corrected_nodes_and_groups_the_agreeing_ones(
     job = Job("4711", "gpu-00", {n: [i] for i, n in enumerate(clocks)}, clocks)
     assert clock_sentences(job) == [
         "gpu-03's clock is +2.4 s against gpu-00 (± 0.10 s, from 12 completed collectives); times below are corrected",
-        "gpu-04's clock against gpu-00 cannot be estimated (no moment seen on the ranks of both: a step line, a "
-        "collective completed everywhere, one sequence's watchdog timeouts): its times are as it printed them",
+        ("gpu-04's clock against gpu-00 cannot be estimated (no moment seen on the ranks of both: a step line, a "
+        "collective completed everywhere, one sequence's watchdog timeouts): its times are as it printed them"),
         "the clocks of 2 nodes (gpu-01, gpu-02) agree with gpu-00's within ± 0.08 s: their times are as printed"]
     assert [n for n, c in clocks.items() if c.corrected] == ["gpu-03"]
+
+
+def test_ranks_of_two_nodes_ending_closer_than_their_clocks_are_known_are_not_ordered():
+    from postmortem.job import Clock, Job, order_warnings
+
+    clocks = {"gpu-00": Clock("gpu-00", 0.0, 0.0, "the reference clock"),
+              "gpu-01": Clock("gpu-01", 30.0, 0.4, "watchdog timeouts", 2)}
+    job = Job("4711", "gpu-00", {"gpu-00": [0], "gpu-01": [1]}, clocks)
+    endings = [{"rank": 1, "ts": "2026-11-29 15:54:42.011000", "ended": "SIGKILL"},
+               {"rank": 0, "ts": "2026-11-29 15:54:42.300000", "ended": "exit 1"}]
+    assert order_warnings(endings, job) == [
+        ("rank 1 and rank 0 ended 0.29 s apart on different nodes, within their clocks' uncertainty (± 0.40 s): "
+        "which ended first is not told by the times")]
+    endings[1]["ts"] = "2026-11-29 15:54:43.000000"  # 1 s apart: more than the clocks' ± 0.4 s
+    assert order_warnings(endings, job) == []
+    job.ranks_by_node = {"gpu-00": [0, 1]}  # one node, one clock: its own order holds
+    endings[1]["ts"] = "2026-11-29 15:54:42.300000"
+    assert order_warnings(endings, job) == []
