@@ -12,6 +12,7 @@ from . import (
     hf_trainer_state,
     memory_snapshot,
     metrics_csv,
+    ncclras,
     nvidia_smi_csv,
     profiler,
     pyspy,
@@ -22,6 +23,6 @@ from . import (
 # Most specific first: every text format would also pass the text sniffer.
 # The profiler comes before the flight recorder: a Kineto trace's distributedInfo holds a
 # "pg_config" too.
-# A trainer state and the CSV files are text too.
+# A trainer state, an `ncclras -f json` report and the CSV files are text too.
 FILE_PARSERS = (error_file, profiler, flight_recorder, memory_snapshot, pyspy, torch_trace, hf_trainer_state,
-                nvidia_smi_csv, metrics_csv, textlog)
+                ncclras, nvidia_smi_csv, metrics_csv, textlog)

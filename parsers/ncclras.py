@@ -89,6 +89,88 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
     yield "rank_status", frame("rank_status", _listed_status(events))
 
 
+# ---------------------------------------------------------------- ``ncclras -f json`` (NCCL >= 2.28.7)
+# Its writer (src/ras/client_support.cc jsonWriteHeader / jsonStartCommunicator /
+# jsonWriteRankData) prints {"nccl_version", ..., "communicators": [{"hash", "size", "ranks":
+# [{"rank", "host", "pid", "status": {...}, "collective_counts": {"AllReduce": 65, ...}}],
+# "missing_ranks": [{"rank", "status": {"unresponsive", "considered_dead"}}]}]}.
+
+KIND = "ncclras_json"
+MAX_JSON_BYTES = 64 << 20
+
+
+def sniff(head: bytes, name: str) -> bool:
+    start = head.lstrip()[:1]
+    return start == b"{" and b'"nccl_version"' in head and b'"communicators' in head
+
+
+def _listed_dicts(value) -> list[dict]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _counts(rank: dict) -> dict:
+    counts = rank.get("collective_counts")
+    return {k: v for k, v in counts.items() if isinstance(k, str)} if isinstance(counts, dict) else {}
+
+
+def _count_groups(ranks: list[dict], op: str) -> list[dict]:
+    """The ranks of one communicator grouped by how many ``op`` operations each launched."""
+    by_count: dict[int, list[int]] = {}
+    for r in ranks:
+        n, rank = _counts(r).get(op), r.get("rank")
+        if isinstance(n, int) and isinstance(rank, int) and not isinstance(rank, bool):
+            by_count.setdefault(n, []).append(rank)
+    return [{"count": len(v), "op_count": k, "ranks": sorted(v)} for k, v in sorted(by_count.items())]
+
+
+def json_events(doc: dict, file: str) -> list[dict]:
+    """One ``ras_mismatch`` event per communicator and op whose ranks launched different counts,
+    as the text report's mismatch blocks give them (every rank listed); a communicator's missing
+    ranks (RAS got no answer from them) are in its attrs."""
+    events = []
+    for i, comm in enumerate(_listed_dicts(doc.get("communicators"))):
+        ranks = _listed_dicts(comm.get("ranks"))
+        ops = sorted({op for r in ranks for op in _counts(r)})
+        missing = [m.get("rank") for m in _listed_dicts(comm.get("missing_ranks"))]
+        for op in ops:
+            groups = _count_groups(ranks, op)
+            if len(groups) < 2:
+                continue
+            events.append({"rank": None, "ts": None, "file": file, "line_no": None, "level": "W",
+                           "kind": "ras_mismatch",
+                           "message": f"communicator {str(comm.get('hash'))[:40]}: ranks have different {op[:40]} "
+                                      "operation counts",
+                           "attrs": json.dumps({"comm": f"#{i}", "comm_hash": str(comm.get("hash"))[:40], "op": op[:40],
+                                                "groups": groups, "ranks": comm.get("size") if isinstance(
+                                                    comm.get("size"), int) else None,
+                                                "missing_ranks": [m for m in missing if isinstance(m, int)]})})
+    return events
+
+
+def parse(source) -> Iterator[tuple[str, pl.DataFrame]]:
+    """A ``ncclras -f json`` report: its mismatches as ``ras_mismatch`` events, the ranks in them
+    as ``rank_status``."""
+    from .lines import open_binary
+
+    with open_binary(source.path) as fh:
+        data = fh.read(MAX_JSON_BYTES + 1)
+    if len(data) > MAX_JSON_BYTES:
+        source.notes.append(f"larger than {MAX_JSON_BYTES} bytes: not read as a RAS report")
+        return
+    doc = json.loads(data.decode("utf-8", errors="replace"))
+    if not isinstance(doc, dict):
+        source.notes.append("not a JSON object")
+        return
+    events = json_events(doc, source.name)
+    version = doc.get("nccl_version")
+    if isinstance(version, str) and re.match(r"\d+\.\d+\.\d+", version):
+        events.append({"rank": None, "file": source.name, "kind": "version", "source": "ncclras",
+                       "message": f"NCCL RAS report, NCCL {version}",
+                       "attrs": json.dumps({"component": "nccl", "version": re.match(r"\d+\.\d+\.\d+", version)[0]})})
+    yield "events", frame("events", events)
+    yield "rank_status", frame("rank_status", _listed_status([e for e in events if e["kind"] == "ras_mismatch"]))
+
+
 def _listed_status(events: list[dict]) -> list[dict]:
     """Each rank RAS lists, at the operation count of its group: how far it got in the
     communicator (``last_enqueued``). RAS counts per NCCL communicator, not per process group

@@ -149,3 +149,39 @@ def test_the_ranks_an_nccl_ras_report_lists_are_rank_status_at_their_groups_oper
     status = con.execute("SELECT rank, pg, last_enqueued FROM rank_status WHERE run_id = ? AND source = 'nccl_ras' "
                          "ORDER BY rank", [run_id]).fetchall()
     assert status == [(12, None, 641), (13, None, 641)]
+
+
+def ras_json(counts: dict[int, int], missing: list[int] = ()) -> str:
+    """An `ncclras -f json` report. No real one was found in public threads: built from NCCL's
+    writer (src/ras/client_support.cc jsonWriteHeader/jsonStartCommunicator/jsonWriteRankData,
+    NCCL 2.28.7+), the fields and nesting it prints, every rank on one host."""
+    import json
+    ranks = [{"rank": r, "host": "10.0.0.1", "pid": 4100 + r, "cuda_dev": r, "nvml_dev": r,
+              "status": {"init_state": 0, "async_error": 0, "finalize_called": False, "destroy_flag": False,
+                         "abort_flag": False},
+              "collective_counts": {"AllGather": 0, "AllReduce": n, "Broadcast": 1}} for r, n in counts.items()]
+    return json.dumps({"nccl_version": "2.28.9+cuda13.0", "cuda_runtime_version": 13000, "cuda_driver_version": 13000,
+                       "timestamp": "2026-12-01 10:20:07", "communicators_count": 1, "communicators": [
+                           {"hash": "0x78db921d1c117b4a", "secondary_hash": "0x1:0x2", "size": len(counts) + len(missing),
+                            "ranks_count": len(counts), "missing_ranks_count": len(missing), "ranks": ranks,
+                            "missing_ranks": [{"rank": r, "host": "10.0.0.1", "pid": -1, "cuda_dev": r, "nvml_dev": r,
+                                               "status": {"unresponsive": True, "considered_dead": False}}
+                                              for r in missing]}],
+                       "ras": {"collection_time_sec": 0.012, "timeouts_count": 0}}, indent=2)
+
+
+def test_an_ncclras_json_report_names_the_rank_that_launched_fewer_operations(tmp_path):
+    (tmp_path / "ras.json").write_text(ras_json({0: 65, 1: 65, 2: 64, 3: 65}))
+    con, run_id, _ = api.ingest(tmp_path, keep=False)
+    assert con.execute("SELECT kind FROM files WHERE run_id = ?", [run_id]).fetchall() == [("ncclras_json",)]
+    status = con.execute("SELECT rank, last_enqueued FROM rank_status WHERE run_id = ? ORDER BY rank",
+                         [run_id]).fetchall()
+    assert status == [(0, 65), (1, 65), (2, 64), (3, 65)]
+    v = api.analyze(tmp_path, keep=False)["verdict"]
+    assert v["signature"] == "collective-hang" and v["culprit_ranks"] == [2]
+
+
+def test_an_ncclras_json_report_whose_ranks_agree_names_no_hang(tmp_path):
+    (tmp_path / "ras.json").write_text(ras_json({0: 65, 1: 65}))
+    v = api.analyze(tmp_path, keep=False)["verdict"]
+    assert (v or {}).get("signature") != "collective-hang"

@@ -9,6 +9,13 @@ Without the dumps themselves, the flight recorder analyzer's own report (``torch
 "Not all ranks joining collective ... missing ranks: {3, 4}", the ``fr_not_joined`` events)
 names the ranks that never issued the collective the others scheduled.
 
+Ranks that each wait in a collective of a group another never issued, where those waits close
+a loop (rank 0 waits in ``grads`` seq 5 for rank 1, rank 1 in ``metrics`` seq 5 for rank 0: two
+groups taken in different orders), are a wait cycle (``find_cycle`` over the wait-for graph of
+the recorded disagreements); its culprit is the rank whose waiting call is not what its own
+history issues at that point. PyTorch's TORCH_NCCL_DESYNC_DEBUG report names its lagging ranks
+("[7] finished collective #182, but didn't join collective #183"): the ``desync_report`` events.
+
 Without a dump or a watchdog status line (gloo), a rank is missing when others timed
 out waiting and it neither timed out itself nor failed on its own: torchrun tore it down,
 or it never ended (``common.stuck_elsewhere``). Where it was comes from its py-spy dump,
