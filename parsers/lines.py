@@ -53,11 +53,41 @@ class LineChunk:
 
 
 def open_binary(path: Path) -> io.BufferedIOBase:
-    """The file's bytes, gunzipped when it is gzip (by magic number, not by name)."""
+    """The file's bytes, gunzipped when it is gzip (by magic number, not by name), and as UTF-8
+    when it is UTF-16 text (by its byte-order mark: Windows PowerShell's ``>`` writes UTF-16)."""
     fh = open(path, "rb")
-    if fh.peek(2)[:2] == b"\x1f\x8b":
+    magic = fh.peek(2)[:2]
+    if magic == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=fh)  # type: ignore[return-value]
+    if magic in (b"\xff\xfe", b"\xfe\xff"):
+        return io.BufferedReader(_Utf16AsUtf8(fh), 1 << 20)
     return fh
+
+
+class _Utf16AsUtf8(io.RawIOBase):
+    """A UTF-16 text file read as UTF-8 bytes, in bounded pieces: every parser reads UTF-8."""
+
+    def __init__(self, fh: io.BufferedReader):
+        self._text = io.TextIOWrapper(fh, encoding="utf-16", errors="replace", newline="")
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._pending:
+            piece = self._text.read(1 << 16)
+            if not piece:
+                return 0
+            self._pending = piece.encode("utf-8")
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        self._text.close()
+        super().close()
 
 
 @functools.lru_cache(maxsize=256)

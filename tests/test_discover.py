@@ -110,3 +110,21 @@ def test_torchrun_local_rank_dirs_take_the_global_rank_their_logs_name(tmp_path)
     (error_file,) = [name for name in sources if name.startswith("node001/") and name.endswith("/1/error.json")]
     assert sources[error_file] == 5  # local rank 1 on the second node
     assert sources[error_file.replace("error.json", "stdout.log")] == 5
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_utf16_log_is_read_like_its_utf8_text(tmp_path, encoding):
+    """Windows PowerShell's `>` writes UTF-16 with a byte-order mark. The log is a real one from
+    the corpus (karpathy/llm.c#206's CUDA OOM); the re-encoding is this test's."""
+    from pathlib import Path
+
+    case = Path(__file__).resolve().parent / "realworld" / "m_llmc_cuda_oom_model_to_206"
+    (log,) = [p for p in case.iterdir() if p.name != "expected.json"]
+    text = log.read_text(encoding="utf-8")
+    (tmp_path / "out.log").write_bytes(("\ufeff" + text).encode(encoding) if encoding.endswith("be")
+                                       else text.encode(encoding))
+    got = api.analyze(tmp_path, keep=False)
+    want = api.analyze(case, keep=False)
+    assert got["files"]["parsed"] == 1
+    assert got["verdict"]["signature"] == want["verdict"]["signature"] == "cuda-oom"
+    assert got["verdict"]["user_line"] == want["verdict"]["user_line"]
