@@ -257,8 +257,10 @@ def load(
         total = sum(s.bytes for s in found.sources)
         progress(len(found.sources), total, len(found.sources), total, "")
     if not found.sources:
+        archives = [s["path"] for s in found.skipped if s["kind"] == "archive"]
         raise PostmortemError(
-            f"Nothing readable in {found.root}: {len(found.skipped)} file(s), none of them a log this tool reads."
+            f"Nothing readable in {found.root}: {len(found.skipped)} file(s), none of them a log this tool reads"
+            + (f"; {archives[0]} is an archive: unpack it and analyze the directory." if archives else ".")
         )
     store.append(con, "files", run_id, summary.files_frame(rows))
     summary.attribute_ranks_by_pid(con, run_id)

@@ -137,7 +137,8 @@ def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
 @app.command()
 def analyze(
     directory: Optional[Path] = typer.Argument(None, help="The job's log directory (every rank's logs, dumps, "
-                                               "traces); or --parquet ROOT --job ID for a multi-node job."),
+                                               "traces), one log file, or - to read a pasted log from standard "
+                                               "input; or --parquet ROOT --job ID for a multi-node job."),
     fmt: str = typer.Option("rich", "--format", "-f", help="rich, text, json or markdown."),
     fail_on: str = typer.Option("error", "--fail-on", help="Exit 1 if a finding is at least this severe."),
     db: Optional[Path] = DbOption,
@@ -165,6 +166,8 @@ def analyze(
 
     Example:  postmortem analyze ./job-logs/ --format json --quiet > verdict.json
     Example:  postmortem analyze ./job-logs/ --html report.html
+    Example:  postmortem analyze rank3.log            (one file: an excerpt, one rank's stdout)
+    Example:  xclip -o | postmortem analyze -         (a traceback pasted from a bug report)
     Example:  postmortem analyze --parquet /shared/pm/ --job 4711 --format json   (every node ran ingest --job 4711)
     """
     _check_format(fmt, ("rich", "text", "json", "markdown"))
@@ -176,6 +179,10 @@ def analyze(
     options = dict(db=db, keep=not no_history, signatures=extra, fail_on=fail_on,
                    limits=_limits(max_files, max_bytes), labels=_labels(label, scheduler_env),
                    with_series=html is not None)
+    if str(directory) == "-":
+        directory, fresh = _stdin_file(), True
+        if not directory.stat().st_size:
+            _fail(PostmortemError("Standard input was empty: pipe or paste the log into it, or give a directory."))
     try:
         known = None if fresh or no_history or label or scheduler_env else api.reusable_run(
             directory, db=db, signatures=extra, limits=options["limits"])
@@ -195,6 +202,19 @@ def analyze(
     rep.pop("series", None)
     _emit(rep, fmt, width)
     raise typer.Exit(api.exit_status([f["severity"] for f in rep["findings"]], fail_on))
+
+
+def _stdin_file() -> Path:
+    """Standard input (a pasted log), copied to a file of its own that lives until the process ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="postmortem-stdin-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    with open(folder / "stdin.log", "wb") as out:
+        shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+    return folder / "stdin.log"
 
 
 def _analyze_job(directory, parquet, job, nodes, fmt, fail_on, db, no_history, extra, html, width=None) -> None:

@@ -47,7 +47,11 @@ _RECOGNISED_ONLY = {
     # Flight-recorder dumps and CUDA memory snapshots are read; other pickles not.
     "pickle": lambda head: head[:1] == b"\x80" and not flight_recorder.sniff(head, "")
     and not memory_snapshot.sniff(head, ""),
+    # An archive of the logs (tar, gzipped tar, zip): not unpacked here, where a hostile archive
+    # could write anywhere or expand without bound; the user unpacks it.
+    "archive": lambda head: head[257:262] == b"ustar" or head[:4] == b"PK\x03\x04",
 }
+_WHY_SKIPPED = {"archive": "an archive of files (tar or zip): unpack it and analyze the directory"}
 
 
 @dataclass
@@ -217,10 +221,18 @@ def discover(root: Path, limits: Limits = Limits()) -> Discovery:
     root = Path(root)
     if not root.exists():
         raise PostmortemError(f"No such directory: {root}")
-    if not root.is_dir():
-        raise PostmortemError(f"Not a directory: {root} (give the job's log directory)")
-    found = Discovery(root=root.resolve())
-    files = walk(found.root, found.skipped)
+    if root.is_file():
+        # One file handed over alone (a pasted excerpt, one rank's stdout): read as if it were
+        # the only file of its directory; the run names the file.
+        found = Discovery(root=root.resolve())
+        base = found.root.parent
+        files = [(found.root, found.root.stat())]
+    elif root.is_dir():
+        found = Discovery(root=root.resolve())
+        base = found.root
+        files = walk(found.root, found.skipped)
+    else:
+        raise PostmortemError(f"Not a directory or a file: {root} (give the job's log directory)")
     limits.check(root, files)
     digest = hashlib.sha256()
     consoles: list[Source] = []
@@ -229,29 +241,29 @@ def discover(root: Path, limits: Limits = Limits()) -> Discovery:
     undated: list[int] = []
     content_rank: dict[Path, set[int]] = {}
     for path, st in files:
-        rel = _rel(found.root, path)
+        rel = _rel(base, path)
         digest.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         found.total_bytes += st.st_size
         if st.st_size == 0:
-            found.skipped.append(_skip(found.root, path, "empty", "empty file", 0))
+            found.skipped.append(_skip(base, path, "empty", "empty file", 0))
             continue
         try:
             head, compressed = _head_and_compression(path)
         except (OSError, EOFError) as exc:
-            found.skipped.append(_skip(found.root, path, "unreadable", f"cannot read: {exc}", st.st_size))
+            found.skipped.append(_skip(base, path, "unreadable", f"cannot read: {exc}", st.st_size))
             continue
         kind = classify(head, path.name)
         if kind is None:
-            found.skipped.append(_skip(found.root, path, "binary", "binary data of no known format", st.st_size,
+            found.skipped.append(_skip(base, path, "binary", "binary data of no known format", st.st_size,
                                        rank_from_name(rel)))
             continue
         if kind == "json":
-            found.skipped.append(_skip(found.root, path, kind, "a JSON document of no format this tool reads",
+            found.skipped.append(_skip(base, path, kind, "a JSON document of no format this tool reads",
                                        st.st_size, rank_from_name(rel)))
             continue
         if kind in _RECOGNISED_ONLY:
-            found.skipped.append(_skip(found.root, path, kind, f"a {kind} of no format this tool reads",
-                                       st.st_size, rank_from_name(rel)))
+            why = _WHY_SKIPPED.get(kind, f"a {kind} of no format this tool reads")
+            found.skipped.append(_skip(base, path, kind, why, st.st_size, rank_from_name(rel)))
             continue
         rank, console = rank_from_content(head) if kind == "text_log" else (None, False)
         if rank is not None:

@@ -91,3 +91,15 @@ def test_an_unchanged_directory_is_shown_from_history_and_a_changed_one_analyzed
     changed = json.loads(runner.invoke(app, ["analyze", str(job), "-f", "json", "-q"]).stdout)
     assert changed["run_id"] not in (first["run_id"], fresh["run_id"])
     assert len(api.runs(db=history)) == 3
+
+
+def test_a_log_piped_to_standard_input_is_analyzed_and_an_empty_one_is_one_sentence(tmp_path):
+    from pathlib import Path
+
+    case = Path(__file__).resolve().parent / "realworld" / "m_llmc_cuda_oom_model_to_206"
+    (log,) = [p for p in case.iterdir() if p.name != "expected.json"]
+    result = CliRunner().invoke(app, ["analyze", "-", "--no-history", "--format", "json", "--quiet"],
+                                input=log.read_bytes())
+    assert json.loads(result.stdout)["verdict"]["signature"] == "cuda-oom", result.output
+    empty = CliRunner().invoke(app, ["analyze", "-", "--no-history"], input=b"")
+    assert empty.exit_code == 2 and "Standard input was empty" in empty.output

@@ -128,3 +128,19 @@ def test_a_utf16_log_is_read_like_its_utf8_text(tmp_path, encoding):
     assert got["files"]["parsed"] == 1
     assert got["verdict"]["signature"] == want["verdict"]["signature"] == "cuda-oom"
     assert got["verdict"]["user_line"] == want["verdict"]["user_line"]
+
+
+def test_one_file_handed_over_alone_is_analyzed_and_an_archive_is_named_as_one(tmp_path):
+    from pathlib import Path
+
+    case = Path(__file__).resolve().parent / "realworld" / "m_llmc_cuda_oom_model_to_206"
+    (log,) = [p for p in case.iterdir() if p.name != "expected.json"]
+    report = api.analyze(log, keep=False)  # `postmortem analyze paste.log`
+    assert report["verdict"]["signature"] == "cuda-oom" and report["source_dir"] == str(log.resolve())
+    assert report["files"]["parsed"] == 1
+    import tarfile
+
+    with tarfile.open(tmp_path / "logs.tar.gz", "w:gz") as tar:
+        tar.add(log, arcname="logs/out.log")
+    with pytest.raises(PostmortemError, match="logs.tar.gz is an archive: unpack it and analyze the directory"):
+        api.analyze(tmp_path / "logs.tar.gz", keep=False)
