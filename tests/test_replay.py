@@ -172,7 +172,7 @@ def test_replay_of_two_groups_taken_in_different_orders_reproduces_the_cycle_and
     seen = replay(run_id, history, backend="gloo", timeout_s=10)
     assert seen["kind"] == "cycle" and seen["reproduced"]
     assert seen["summary"].startswith("reproduced the cycle")
-    assert "rank 0 in group 1 seq 5" in seen["summary"] and "rank 1 in group 2 seq 5" in seen["summary"]
+    assert "rank 0 in group 1 (grads) seq 5" in seen["summary"] and "rank 1 in group 2 (metrics) seq 5" in seen["summary"]
     assert seen["culprit_ranks"] == expected_culprits("two_group_cycle")
     fixed = replay(run_id, history, backend="gloo", timeout_s=20, fix=True)
     assert not fixed["reproduced"] and all(r["finished"] for r in fixed["ranks"].values())

@@ -74,7 +74,10 @@ def describe(p: sequence.Plan, outcome, fix: bool) -> tuple[bool, str]:
                        f"network, the host)")
     stuck = sorted(set(hung) | set(failed))
     if p.kind == "cycle":
-        where = "; ".join(f"rank {r} in group {outcome.groups_at.get(r, '?')} seq {s}"
+        def group(r):
+            pg = outcome.groups_at.get(r, "?")
+            return f"group {pg}" + (f" ({p.group_names[pg]})" if pg in p.group_names else "")
+        where = "; ".join(f"rank {r} in {group(r)} seq {s}"
                           for r, s in sorted({**outcome.failed_at, **outcome.hung}.items()))
         groups = {outcome.groups_at.get(r) for r in stuck}
         if len(groups) > 1:

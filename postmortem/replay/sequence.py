@@ -51,6 +51,7 @@ class Plan:
     folded: dict[int, list[int]] = field(default_factory=dict)  # replayed rank -> original ranks it stands for
     notes: list[str] = field(default_factory=list)
     groups: dict[str, list[int]] = field(default_factory=dict)  # process groups to create besides the default
+    group_names: dict[str, str] = field(default_factory=dict)  # group -> its desc ("grads"), where recorded
 
 
 def _numel(sizes: list) -> int:
@@ -322,9 +323,11 @@ def plan_groups(con: duckdb.DuckDBPyConnection, run_id: str, world_size: int | N
     groups = {pg: ranks for pg in sorted(last, key=lambda g: (len(g), g)) if pg != "0"}
     first = min(low[pg] for pg in apart)
     ahead = {pg: sorted(r for r, e in ends.items() if e == max(ends.values())) for pg, ends in apart.items()}
+    from postmortem.checks.collective_alignment import group_descs
+
     return Plan(world_size=world, sequences=sequences, pg=",".join(sorted(apart)), first_seq=first,
                 divergence=max(min(ends.values()) + 1 for ends in apart.values()), culprits=[], kind="cycle",
-                groups=groups, notes=[
+                groups=groups, group_names=group_descs(con, run_id), notes=[
                     "several groups end apart: " + "; ".join(
                         f"group {pg}: rank(s) {rank_ranges(ahead[pg])} issued seq {max(last[pg].values())}, the "
                         f"others stopped at {min(last[pg].values())}" for pg in sorted(apart))
