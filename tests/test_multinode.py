@@ -374,3 +374,16 @@ def test_ranks_of_two_nodes_ending_closer_than_their_clocks_are_known_are_not_or
     job.ranks_by_node = {"gpu-00": [0, 1]}  # one node, one clock: its own order holds
     endings[1]["ts"] = "2026-11-29 15:54:42.300000"
     assert order_warnings(endings, job) == []
+
+
+def test_the_job_id_comes_from_the_flag_the_scheduler_or_torchruns_rendezvous():
+    from postmortem.errors import PostmortemError
+    from postmortem.job import job_id_of
+
+    assert job_id_of("given", {"job_id": "4711"}, "rdzv") == "given"
+    assert job_id_of(None, {"job_id": "4711"}, "rdzv") == "4711"  # SLURM_JOB_ID
+    kubeflow = {"pod": "bert-worker-3", "namespace": "research", "job_name": "bert"}  # PYTORCHJOB_NAME
+    assert job_id_of(None, kubeflow, "rdzv") == "research/bert"
+    assert job_id_of(None, {}, "rdzv-17") == "rdzv-17"  # torchrun's --log-dir layout
+    with pytest.raises(PostmortemError, match="No job id"):
+        job_id_of(None, {}, None)
