@@ -582,6 +582,8 @@ def watch_command(argv: list[str], options: Options, out: Path | None = None,
         ended, killed = _loop(watcher, tree, lambda: proc.poll() is not None, tail, options)
         if ended == "exited" and tree.alive():  # workers left behind by a launcher that exited
             stop(tree, min(options.grace_s, 5.0))
+        elif ended == "interrupted":  # Ctrl-C on the watch of a job it started ends the job, as rerun's does
+            killed = {"pids": sorted(tree.seen), "survivors": stop(tree, options.grace_s), "seconds": None}
         tree.reap()
         tail.poll()
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shutil
 import socket
@@ -60,11 +61,12 @@ def _documents(proc: subprocess.Popen) -> list[tuple[float, dict]]:
     return docs
 
 
-def _processes_running(script: Path) -> list[int]:
-    """Live processes whose command line names the job's script: torchrun and its workers."""
+def _processes_running(script: Path, watcher: subprocess.Popen | None = None) -> list[int]:
+    """Live processes whose command line names the job's script: torchrun and its workers (and
+    the watcher that started them, unless it is given)."""
     found = []
     for name in os.listdir("/proc"):
-        if not name.isdigit():
+        if not name.isdigit() or (watcher is not None and int(name) == watcher.pid):
             continue
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
@@ -339,3 +341,62 @@ def test_a_node_whose_watcher_never_answers_is_named(tmp_path):
             if agent.poll() is None:
                 agent.kill()
                 agent.wait()
+
+
+class _Lines:
+    """watch's JSON lines, read by one thread as they come: ``next(timeout_s)`` or None."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.queue: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [self.queue.put(json.loads(line)) for line in proc.stdout],
+                         daemon=True).start()
+
+    def next(self, timeout_s: float) -> dict | None:
+        try:
+            return self.queue.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+
+def test_report_prints_a_stall_once_and_keeps_watching_until_the_job_ends(tmp_path):
+    script = _job_script(tmp_path)
+    proc = _watch("--stall", "10", "-f", "json", "--action", "report", "--no-history", "--out", str(tmp_path / "w"),
+                  "--", *_torchrun(4, script, "--steps", "200", "--hang-rank", "2"))
+    lines = _Lines(proc)
+    try:
+        stall = lines.next(120)
+        assert stall is not None and stall["verdict"]["culprit_ranks"] == [2]
+        assert stall["action_taken"] == "report"
+        assert lines.next(15) is None  # still stalled: not reported again
+        assert proc.poll() is None and len(_processes_running(script, proc)) == 5  # the job and the watch go on
+        for pid in _processes_running(script, proc):  # the job ends (here: the test kills it)
+            os.kill(pid, 9)
+        final = lines.next(30)
+        proc.wait(timeout=30)
+        assert final["stalls"] == 1 and final["ended"] == "exited"
+        assert proc.returncode == 1  # a stall's finding was reported
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in _processes_running(script):
+            os.kill(pid, 9)
+
+
+def test_dump_stops_watching_and_leaves_the_job_running(tmp_path):
+    script = _job_script(tmp_path)
+    out = tmp_path / "w"
+    proc = _watch("--stall", "10", "-f", "json", "--action", "dump", "--no-history", "--out", str(out),
+                  "--", *_torchrun(4, script, "--steps", "200", "--hang-rank", "2"))
+    try:
+        docs = _documents(proc)
+        proc.wait(timeout=30)
+        stall, final = docs[0][1], docs[-1][1]
+        assert stall["verdict"]["culprit_ranks"] == [2] and stall["action_taken"] == "dump"
+        assert final["ended"] == "watching_stopped" and final["killed"] is None
+        assert (out / "pyspy" / "rank2.txt").is_file()
+        assert len(_processes_running(script)) == 5  # torchrun and its 4 ranks, still there
+        assert proc.returncode == 1
+    finally:
+        for pid in _processes_running(script):
+            os.kill(pid, 9)
