@@ -43,7 +43,7 @@ _ANSI = r"\x1b\[[0-9;]*m"
 # torchtitan's "memory:", DeepSpeed's "MA 1.2 GB", a summary, an OOM); NCCL's "via P2P/CUMEM" doesn't.
 _PREFILTER = (r"(?i)mem(?:ory)?[_ -]?(?:alloc|res|cached|max|peak)|(?:max|peak)[_ -]?(?:gpu[_ -])?mem|memory \(|"
               r"memory:|memory summary|out of memory|\bMA \d|(?:allocated|reserved|cached)\s*[:=]\s*\d[\d.]*\s*[KMGT]i?B|"
-              r"\d+MiB\s*/\s*\d+MiB")
+              r"\d+MiB\s*/\s*\d+MiB|_bytes\.all\.(?:current|peak)")
 _NUM = r"(?<v>\d+(?:\.\d+)?)"
 _UNIT_WORD = r"mb|mib|gb|gib|kb|kib|tb|tib|bytes|megabytes|gigabytes"
 _UNIT_SYM = r"[KMGT]i?B|bytes|B"
@@ -77,6 +77,12 @@ _MEGATRON = (
 # separator, so Megatron's "| max allocated:" is not read as a current figure.
 _BARE = {"allocated": r"(?i)(?:^|[,|;]|\]:?)\s*allocated\s*[:=]\s*(?<v>\d+(?:\.\d+)?)\s*(?<u>[KMGT]i?B)\b",
          "reserved": r"(?i)(?:^|[,|;]|\]:?)\s*(?:reserved|cached)\s*[:=]\s*(?<v>\d+(?:\.\d+)?)\s*(?<u>[KMGT]i?B)\b"}
+# torch.cuda.memory_stats()'s keys, as Lightning's DeviceStatsMonitor logs them into metrics.csv
+# ("DeviceStatsMonitor.on_train_batch_end/allocated_bytes.all.current=255049728") or a printed
+# memory_stats() dict ("'allocated_bytes.all.current': 255049728"): bytes
+_STATS = {f"s_{field}": rf"(?:^|[^\w.]|/){key}_bytes\.all\.{when}['\"]?\s*[:=]\s*(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\b"
+          for field, key, when in (("allocated", "allocated", "current"), ("reserved", "reserved", "current"),
+                                   ("peak_allocated", "allocated", "peak"), ("peak_reserved", "reserved", "peak"))}
 # torch.cuda.memory_allocated(0): the device the call names
 _CALL_DEVICE = r"(?i)mem(?:ory)?_(?:allocated|reserved|cached)\((\d+)\)"
 # nvidia-smi's table ("|  0%   31C    P0    70W /  300W |   3446MiB /  46068MiB |") and a line that
@@ -134,6 +140,8 @@ def _figures() -> tuple[pl.Expr, ...]:
     bare = {f: extract_groups("clean", p) for f, p in _BARE.items()}
     return (
         *(_bytes(g.struct.field("v"), g.struct.field("u")).alias(f"b_{f}") for f, g in bare.items()),
+        *(pl.col("clean").str.extract(p, 1).cast(pl.Float64, strict=False).round(0).cast(pl.Int64).alias(f)
+          for f, p in _STATS.items()),
         pl.coalesce(_bytes(smi_table.struct.field("used"), pl.lit("MiB")),
                     _bytes(smi_named.struct.field("v"), smi_named.struct.field("u"))).alias("smi_used"),
         pl.coalesce(smi_named.struct.field("dev"), pl.col("clean").str.extract(_CALL_DEVICE, 1))
@@ -165,10 +173,10 @@ def _series_rows(own: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce("_given_step", "step").alias("step") if "_given_step" in lines.columns else "step",
         "line_no",
         pl.col("_device").alias("device"),
-        pl.coalesce("m_a", "d_a", "allocated", "b_allocated").alias("allocated"),
-        pl.coalesce("m_r", "d_r", "reserved", "b_reserved").alias("reserved"),
-        pl.coalesce("m_ma", "d_ma", "peak_allocated").alias("peak_allocated"),
-        pl.coalesce("m_mr", "d_mr", "t_mr", "peak_reserved").alias("peak_reserved"),
+        pl.coalesce("m_a", "d_a", "s_allocated", "allocated", "b_allocated").alias("allocated"),
+        pl.coalesce("m_r", "d_r", "s_reserved", "reserved", "b_reserved").alias("reserved"),
+        pl.coalesce("m_ma", "d_ma", "s_peak_allocated", "peak_allocated").alias("peak_allocated"),
+        pl.coalesce("m_mr", "d_mr", "t_mr", "s_peak_reserved", "peak_reserved").alias("peak_reserved"),
         "smi_used",
     )
     logged = rows.filter(

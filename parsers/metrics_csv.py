@@ -10,8 +10,10 @@ written as ``nan``. Real lines (this project's sample_logs/lightning_non_finite_
     0,4,nan
 
 Each row becomes one ``train_metrics`` event whose message names every non-empty cell by its
-column (``epoch=0, step=4, train_loss=nan``), with ``step`` in ``attrs``; a column with a
-memory-ish name (``gpu_mem_alloc_mb``) gives memory rows through ``memory.figures_from_messages``.
+column, the step and the losses and norms first (``step=4, train_loss=nan, epoch=0``), with
+``step`` in ``attrs``; a column with a memory-ish name (``gpu_mem_alloc_mb``, DeviceStatsMonitor's
+``DeviceStatsMonitor.on_train_batch_end/allocated_bytes.all.current``) gives memory rows through
+``memory.figures_from_messages``.
 The file is written by rank 0 only (Lightning's loggers are rank-zero-only) and a logged value
 may be the mean over the ranks (``sync_dist=True``): its rows name no rank. A file is a metrics
 CSV by content: a header of metric names with a step column, and numbers under it.
@@ -33,23 +35,26 @@ from .source import Source
 KIND = "metrics_csv"
 MAX_BYTES = 256 << 20
 _STEP_COLUMNS = ("step", "global_step", "trainer/global_step", "iteration")
+_FIRST = re.compile(r"(?i)loss|norm")
+MESSAGE_CHARS = 2000
 _NAME = re.compile(r"^[A-Za-z_][\w./\-@ ()\[\]]*$")
 _CELL = re.compile(r"^(?:|[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf|infinity|NaN|Inf|-?Infinity))$")
 
 
-def _header_and_row(head: bytes) -> tuple[list[str], list[str]] | None:
-    lines = head.decode("utf-8", errors="replace").splitlines()
-    if len(lines) < 2:
-        return None
-    return [c.strip() for c in lines[0].split(",")], [c.strip() for c in lines[1].split(",")]
-
-
 def sniff(head: bytes, name: str) -> bool:
-    got = _header_and_row(head[:8192])
-    if got is None:
+    """A header of metric names with a step column, and numbers under it. The head may end inside
+    the first row (DeviceStatsMonitor's header alone is some 15 KB): a cut row is judged on the
+    cells it holds."""
+    lines = head.decode("utf-8", errors="replace").split("\n")
+    if len(lines) < 2:
         return False
-    header, row = got
-    return (len(header) >= 2 and len(row) == len(header) and any(c in _STEP_COLUMNS for c in header)
+    header = [c.strip() for c in lines[0].split(",")]
+    row = [c.strip() for c in lines[1].split(",")]
+    whole = len(lines) > 2
+    if not whole:
+        row = row[:-1]  # the last cell may be cut
+    return (len(header) >= 2 and (len(row) == len(header) if whole else len(row) <= len(header))
+            and any(c in _STEP_COLUMNS for c in header)
             and all(_NAME.match(c) for c in header) and all(_CELL.match(c) for c in row))
 
 
@@ -62,8 +67,12 @@ def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     table = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True)
     source.lines = table.height + 1
     step_col = next(c for c in table.columns if c in _STEP_COLUMNS)
+    # The event names the step, then the losses and norms non-finite-loss reads, then the rest, cut
+    # at MESSAGE_CHARS (DeviceStatsMonitor alone logs some 250 columns); memory reads every cell.
+    first = [step_col] + [c for c in table.columns if c != step_col and _FIRST.search(c)]
+    ordered = first + [c for c in table.columns if c not in first]
     cells = [pl.when(pl.col(c).is_not_null() & (pl.col(c) != "")).then(pl.format(f"{c}={{}}", pl.col(c)))
-             for c in table.columns]
+             for c in ordered]
     step = pl.col(step_col).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
     rows = table.with_row_index("line_no", offset=2).select(
         pl.lit(source.name).alias("file"),
@@ -73,11 +82,11 @@ def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
         pl.lit("I").alias("level"),
         pl.lit("metrics_csv").alias("source"),
         pl.lit("train_metrics").alias("kind"),
-        pl.concat_str(cells, separator=", ", ignore_nulls=True).alias("message"),
+        pl.concat_str(cells, separator=", ", ignore_nulls=True).alias("text"),
         pl.format('{{"step": {}}}', step.cast(pl.String).fill_null("null")).alias("attrs"),
         step.alias("step"),
     )
-    yield "events", conform("events", rows)
-    msgs = rows.select("file", "rank", pl.col("ts").alias("ts_ff"), "line_no", pl.col("message").alias("msg"), "step")
+    yield "events", conform("events", rows.with_columns(pl.col("text").str.slice(0, MESSAGE_CHARS).alias("message")))
+    msgs = rows.select("file", "rank", pl.col("ts").alias("ts_ff"), "line_no", pl.col("text").alias("msg"), "step")
     yield "memory", memory.figures_from_messages(msgs)
 

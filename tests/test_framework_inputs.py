@@ -138,7 +138,7 @@ def test_metrics_csv_rows_name_every_cell_and_keep_their_step(sample):
     path = sample("lightning_non_finite_loss") / "out" / "lightning_logs" / "version_0" / "metrics.csv"
     events = _tables(path, metrics_csv)["events"]
     row = events.filter(pl.col("line_no") == 6).row(0, named=True)  # "0,4,nan"
-    assert row["message"] == "epoch=0, step=4, train_loss=nan"
+    assert row["message"] == "step=4, train_loss=nan, epoch=0"
     assert json.loads(row["attrs"]) == {"step": 4} and row["rank"] is None
 
 
@@ -161,6 +161,40 @@ def test_lightning_rank_exception_names_the_raising_rank_from_console_order(repo
     report = report_of("lightning_rank_exception")
     assert report["verdict"]["signature"] == "rank-crash"
     assert report["verdict"]["culprit_ranks"] == [1]
+
+
+def test_device_stats_monitor_columns_are_the_allocators_figures_per_step(sample):
+    """Lightning's DeviceStatsMonitor logs torch.cuda.memory_stats() at each batch's start and end
+    into metrics.csv, some 250 columns: the header alone outgrows the sniffer's first 8 KB."""
+    path = sample("lightning_memory_leak_cuda") / "out" / "lightning_logs" / "version_0" / "metrics.csv"
+    head = path.read_bytes()[:65536]
+    assert b"\n" in head and head.index(b"\n") > 8192
+    assert classify(head, "metrics.csv") == "metrics_csv"
+    mem = _tables(path, metrics_csv)["memory"]
+    # one row at each batch's start and one at its end (two log calls a step): the later is the end's
+    last = mem.sort("line_no").group_by("step", maintain_order=True).last().sort("step")
+    assert last["step"].to_list() == list(range(150))
+    table = pl.read_csv(path, infer_schema=False)
+    ends = table.filter(pl.col("DeviceStatsMonitor.on_train_batch_end/allocated_bytes.all.current").is_not_null())
+    assert last["allocated"].to_list() == [
+        int(v) for v in ends["DeviceStatsMonitor.on_train_batch_end/allocated_bytes.all.current"]]
+    assert last["peak_reserved"].to_list() == [
+        int(v) for v in ends["DeviceStatsMonitor.on_train_batch_end/reserved_bytes.all.peak"]]
+
+
+def test_lightning_cuda_leak_sample_is_a_memory_leak_from_metrics_csv(report_of):
+    report = report_of("lightning_memory_leak_cuda")
+    assert report["verdict"]["signature"] == "memory-leak"
+    leak = _finding(report, "memory-leak")
+    assert leak["evidence"][0]["file"].endswith("metrics.csv")
+
+
+def test_nvidia_smi_log_beside_the_cuda_run_is_read_as_device_memory(sample):
+    path = sample("lightning_memory_leak_cuda") / "out" / "gpu.csv"
+    assert path.read_text().startswith("timestamp, index, memory.used [MiB], memory.total [MiB]\n")
+    rows = _tables(path, nvidia_smi_csv)["memory"]
+    assert set(rows["source"]) == {"nvidia-smi"} and set(rows["device"]) == {0}
+    assert rows["ts"].null_count() == 0 and rows["reserved"].max() > 1000 * 2**20
 
 
 # ---------------------------------------------------------------- Megatron / torchtitan
