@@ -370,7 +370,7 @@ def assemble(root: str | Path, job_id: str, run_id: str,
     # nodes a local rank is not the rank (each node's ingest made its own of them already).
     summary.attribute_ranks_by_pid(con, run_id)
     summary.refine_untimed(con, run_id)
-    labels = {k: v for d in node_labels for k, v in d.items() if k != "node"}
+    labels = {k: v for d in node_labels for k, v in d.items() if k not in ("node", "pod")}  # a node's own name is not the job's
     labels["job_id"] = job_id
     found = SimpleNamespace(root=f"{root.resolve()} (job {job_id})", fingerprint=_fingerprint(root, job_id))
     facts = summary.run_facts(con, run_id, found, labels)
