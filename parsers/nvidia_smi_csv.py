@@ -2,18 +2,17 @@
 
 A job's monitor often logs the GPUs with ``nvidia-smi --query-gpu=timestamp,index,memory.used,
 memory.total --format=csv -l 5 > gpu.csv``: a header naming each queried field with its unit, then
-one row per GPU per sample. Real output (pasted in a public repository's notes, found with the
-code index; nvidia-smi on two RTX 5080s):
+one row per GPU per sample. Real output (this project's sample_logs/lightning_memory_leak_cuda/
+out/gpu.csv: nvidia-smi on an H200, every 100 ms beside the run):
 
-    index, memory.used [MiB], memory.total [MiB]
-    0, 103 MiB, 16303 MiB
-    1, 8311 MiB, 16303 MiB
+    timestamp, index, memory.used [MiB], memory.total [MiB]
+    2026/12/01 19:59:26.012, 0, 1021 MiB, 143771 MiB
 
 ``nounits`` leaves the unit in the header only (``8311``); a field the GPU cannot report is
 ``[N/A]`` (dropped). Each row is one memory sample of the device: ``reserved`` holds the used
 memory (PyTorch's reserve plus the CUDA context and every other library's memory on it),
-``device`` the index, ``ts`` the timestamp field (``2024/01/13 10:04:05.123``) when queried. A
-device is not a rank, so rows name none; memory-leak fits the allocator's figures, not these.
+``device`` the index, ``ts`` the timestamp field when queried. A device is not a rank, so rows
+name none; memory-leak fits the allocator's figures, not these.
 """
 
 from __future__ import annotations
