@@ -641,6 +641,8 @@ def watch(
     def emit(doc: dict) -> None:
         if doc["report"] is not None:  # another node's watcher reads the verdict when this one is not rank 0's
             found_issue.append(api.exit_status([f["severity"] for f in doc["report"]["findings"]], fail_on))
+        elif doc.get("analysis_error"):  # a stall whose logs could not be read is still a stall
+            found_issue.append(1)
         if fmt == "json":
             sys.stdout.write(watching.to_json(doc) + "\n")
             sys.stdout.flush()

@@ -406,6 +406,8 @@ def check_options(options: Options) -> None:
     if options.interval_s > options.stall_s:
         raise PostmortemError("--interval must not be longer than --stall.")
     api.exit_status([], options.fail_on)
+    if rerun.pyspy_exe() is None:
+        raise PostmortemError("py-spy is not installed (pip install py-spy): watch needs it to see where ranks wait.")
 
 
 class Watcher:
@@ -507,14 +509,16 @@ class Watcher:
         if self.command:
             labels["command"] = shlex.join(self.command)
         analyzed = self.analyzed_dir()
+        run_id = report = timeout_s = error = None
         try:
             con, run_id, _ = api.ingest(analyzed, db=self.options.db, keep=self.options.keep,
                                         fail_on=self.options.fail_on, labels=labels)
-        except PostmortemError as exc:
-            raise PostmortemError(f"The stalled job's logs in {analyzed} could not be analyzed: {exc}") from exc
-        report = summary.report(con, run_id)
-        timeout_s = collective_timeout_s(con, run_id)
-        con.close()
+            report = summary.report(con, run_id)
+            timeout_s = collective_timeout_s(con, run_id)
+            con.close()
+        except PostmortemError as exc:  # the action still runs: a hung job must not outlive its analysis
+            error = f"the stalled job's logs in {analyzed} could not be analyzed: {exc}"
+            self.note(error)
         stalled_s = round(time.monotonic() - since, 1)
         doc = {
             "schema": SCHEMA, "run_id": run_id, "source_dir": str(analyzed),
@@ -523,8 +527,10 @@ class Watcher:
             "timeout_s": timeout_s, "timeout_at": _iso(since_wall + timeout_s) if timeout_s else None,
             "timeout_left_s": round(timeout_s - stalled_s, 1) if timeout_s else None,
             "evidence": {"pyspy": dumps, "flight_recorder_pipes": asked},
-            "verdict": report["verdict"], "culprit_innermost": culprit_frames(report["verdict"], self.out / "pyspy"),
+            "verdict": report and report["verdict"],
+            "culprit_innermost": culprit_frames(report["verdict"], self.out / "pyspy") if report else {},
             "action_taken": self.options.action, "killed": None, "pids": sorted(self.tree.alive()), "report": report,
+            "analysis_error": error,
         }
         self.stalls.append(doc)
         return doc
@@ -900,7 +906,8 @@ def _new_dir(out: Path | None, stem: str) -> Path:
 def describe_stall(doc: dict) -> str:
     """A stall's verdict in a few lines: culprit, its wait, the user line, how long, time left."""
     v = doc["verdict"] or {}
-    lines = [(f"stalled {doc['stalled_s']:g} s (since {doc['stalled_since']}): rank(s) "
+    lines = [f"note: {doc['analysis_error']}"] if doc.get("analysis_error") else []
+    lines += [(f"stalled {doc['stalled_s']:g} s (since {doc['stalled_since']}): rank(s) "
               f"{rank_ranges(doc['stalled_ranks'])} made no progress")]
     if v.get("signature"):
         lines.append(f"verdict: {v['signature']} — culprit rank(s) {rank_ranges(v.get('culprit_ranks') or []) or '?'}")
