@@ -140,8 +140,10 @@ def test_started_job_names_the_blocked_rank_and_its_line_within_45s_and_kill_lea
 
 
 @pytest.mark.parametrize(("nproc", "how", "where"), [(8, "lock", "lock.acquire()"),
-                                                     (4, "sleep", "time.sleep(1)")])
-def test_a_rank_blocked_on_a_lock_or_in_a_sleep_loop_is_named_with_its_line(tmp_path, nproc, how, where):
+                                                     (4, "sleep", "time.sleep(1)"),
+                                                     (4, "spin", "residual = (residual")])
+def test_a_rank_blocked_on_a_lock_in_a_sleep_loop_or_computing_forever_is_named_with_its_line(
+        tmp_path, nproc, how, where):
     script = _job_script(tmp_path)
     out = tmp_path / "watch"
     proc = _watch("--stall", "10", "-f", "json", "--action", "kill", "--grace", str(GRACE_S), "--no-history",
@@ -157,6 +159,8 @@ def test_a_rank_blocked_on_a_lock_or_in_a_sleep_loop_is_named_with_its_line(tmp_
     assert stall["verdict"]["user_line"] == f"{script.name}:{number}"
     assert sorted(stall["evidence"]["pyspy"], key=int) == [str(r) for r in range(nproc)]
     assert stall["evidence"]["pyspy"]["2"]["moved"] is False  # the same stack in both dumps
+    # A rank computing forever uses its CPU: it is the others, waiting for it, that are frozen.
+    assert stall["stalled_ranks"] == ([r for r in range(nproc) if r != 2] if how == "spin" else list(range(nproc)))
     assert arrived - _blocked_at(out / "logs") <= 45
     _assert_gone_within_grace(script, stall["pids"], arrived)
 
