@@ -399,11 +399,13 @@ def _hangs(con, run_id, calls_by_seq, members, descs) -> list[Disagreement]:
         someone_done = max((q["done"] or 0) for q in progress.values()) >= low
         laggards = consistent and someone_done and sorted(r for r, p in progress.items()
                                                           if r in issued and (p["done"] or 0) < low)
-        if min(enqs) == max(enqs):
-            # Every rank issued every collective still in flight (the same last one): in a run
-            # where nothing failed, their completions just weren't recorded yet when they dumped
-            # (gloo marks one after the call returns; under torch 2.9.1 a rank's completion dump
-            # was seen two behind its peer's), which is no hang.
+        if min(enqs) == max(enqs) and (low == max(enqs) or max(dones, default=0) >= max(enqs)):
+            # Every rank issued the same last collective, and either it is the only one in flight
+            # or a rank completed it (so every rank took part in it): in a run where nothing
+            # failed, the others' completions just weren't recorded yet when they dumped (gloo
+            # marks one after the call returns; under torch 2.9.1 a rank's completion dump was seen
+            # two behind its peer's), which is no hang. Several in flight that no rank completed
+            # (a 16-rank job's groups six collectives behind, every rank stalled) stay judged.
             troubled = _troubled(con, run_id) if troubled is None else troubled
             if not troubled:
                 continue
