@@ -79,8 +79,9 @@ def test_a_slurm_output_of_every_rank_names_the_rank_that_raised(sample):
 
 def test_gloos_pair_closure_by_a_timeout_is_a_consequence_not_the_crash(sample):
     # sample_logs/hang_dataloader_torch2141 (torch 2.14.1): 30 s into the hang rank 0's backward
-    # all-reduce raised "RuntimeError: Application timeout caused pair closure", not gloo's
-    # "Timed out waiting 30000ms ..." of the 2.13 run: rank 1, in Queue.get, is the culprit.
+    # all-reduce raised "RuntimeError: Application timeout caused pair closure", gloo's other
+    # wording of "Timed out waiting 30000ms ..." (hang_dataloader's 2.13 run; 2.13 gives both):
+    # rank 1, in Queue.get, is the culprit.
     report = api.analyze(sample("hang_dataloader_torch2141"), keep=False)
     ended = {r["rank"]: r for r in report["ranks"]}
     assert ended[0]["ended"].endswith("Application timeout caused pair closure") and ended[0]["consequence"]

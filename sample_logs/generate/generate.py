@@ -705,6 +705,14 @@ NOTES = {
         "As non_finite_loss, in one slurm-<jobid>.out: '1: ... [rank1] step 4 loss nan' while rank "
         "0 logs 'step 4 loss 0.9510'; from step 5 both log 'loss nan'; both exit 0 and dump the "
         "flight recorder at completion (25 entries each).",
+    "hang_dataloader_srun_label":
+        "As hang_dataloader, in one slurm-<jobid>.out: 30 s into the hang rank 0's backward "
+        "all-reduce raises gloo 'Application timeout caused pair closure' (its other wording of "
+        "the timeout), it dumps the flight recorder (seq 14) and exits 1. No torchrun tears rank 1 "
+        "down and srun's default lets it run on, blocked in Queue.get under fetch_batch (py-spy, "
+        "10 s in), until generate.py's 240 s safety net SIGKILLs it, as a job's time limit ends "
+        "it (Slurm's own SIGTERM first and its messages are not imitated): rank 1 leaves no dump "
+        "and no error.",
     "rank_exception_console":
         "As rank_exception, in one console with no prefixes but train.py's own '[rank<r>]' and "
         "torch's '[rank<r>]:': rank 1's ValueError, rank 0's gloo 'Connection closed by peer', "
@@ -727,9 +735,11 @@ NOTES = {
         "`if` (user_line); the traceback is printed by @record's handler with no torchrun around "
         "it, no failure table, no error.json. Exit 1.",
     "hang_dataloader_torch2141":
-        "As hang_dataloader, under torch 2.14.1, but gloo words the timeout differently: 30 s into "
-        "the hang rank 0's backward all-reduce raises 'RuntimeError: Application timeout caused "
-        "pair closure' (2.13's run: 'Timed out waiting 30000ms for recv operation to complete'); "
+        "As hang_dataloader, under torch 2.14.1, but in this run gloo words the timeout its other "
+        "way: 30 s into the hang rank 0's backward all-reduce raises 'RuntimeError: Application "
+        "timeout caused pair closure' (hang_dataloader's 2.13 run: 'Timed out waiting 30000ms for "
+        "recv operation to complete'; 2.13 gives both too: lock_wait_in_save, "
+        "hang_dataloader_srun_label); "
         "torchrun names rank 0 first observed (the wrong culprit) and SIGTERMs rank 1, in Queue.get "
         "under fetch_batch (py-spy, 10 s in). Flight recorder: rank 0 seq 14, rank 1 seq 12.",
     "rank_exception_torch291":
