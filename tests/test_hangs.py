@@ -185,3 +185,31 @@ def test_an_ncclras_json_report_whose_ranks_agree_names_no_hang(tmp_path):
     (tmp_path / "ras.json").write_text(ras_json({0: 65, 1: 65}))
     v = api.analyze(tmp_path, keep=False)["verdict"]
     assert (v or {}).get("signature") != "collective-hang"
+
+
+def healthy_with_completions(copy_sample, done: dict[int, int]) -> list:
+    """The healthy gloo run's completion dumps (both ranks issued seq 1..25, nothing failed) with
+    each rank's recorded last completed collective set to ``done[rank]``."""
+    import pickle
+
+    from postmortem.checks import collective_alignment
+    from postmortem.parsers import pickles
+    run = copy_sample("healthy")
+    for rank, last in done.items():
+        path = run / f"nccl_trace_rank_{rank}"
+        dump = pickles.loads(path.read_bytes())
+        dump["pg_status"]["0"]["last_completed_collective"] = last
+        path.write_bytes(pickle.dumps(dump, protocol=2))
+    con, run_id, _ = api.load(run)
+    return collective_alignment.analyze(con, run_id)
+
+
+def test_a_completion_dump_whose_counter_lags_a_peers_is_no_hang(copy_sample):
+    # rank 1 completed everything both issued, so rank 0 took part in all of it: a recording lag
+    assert healthy_with_completions(copy_sample, {0: 23, 1: 25}) == []
+
+
+def test_collectives_every_rank_issued_and_none_completed_are_judged_even_when_nothing_failed(copy_sample):
+    # seq 23..25 issued by both ranks, completed by neither (a stalled job dumped from outside)
+    (stuck,) = healthy_with_completions(copy_sample, {0: 22, 1: 22})
+    assert stuck.kind == "stuck" and stuck.seq == 23 and stuck.others == [0, 1]
