@@ -192,8 +192,9 @@ def healthy_with_completions(copy_sample, done: dict[int, int]) -> list:
     each rank's recorded last completed collective set to ``done[rank]``."""
     import pickle
 
-    from postmortem.checks import collective_alignment
     from postmortem.parsers import pickles
+
+    from postmortem.checks import collective_alignment
     run = copy_sample("healthy")
     for rank, last in done.items():
         path = run / f"nccl_trace_rank_{rank}"
