@@ -58,20 +58,31 @@ def sniff(head: bytes, name: str) -> bool:
             and all(_NAME.match(c) for c in header) and all(_CELL.match(c) for c in row))
 
 
+def read_cells(data: bytes) -> pl.DataFrame:
+    """A CSV's cells as strings; ValueError saying why when it is no CSV (empty, cut, binary)."""
+    try:
+        return pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True)
+    except pl.exceptions.PolarsError as exc:
+        raise ValueError(f"not a readable CSV: {exc}"[:300]) from exc
+
+
 def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     with open_binary(source.path) as fh:
         data = fh.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         source.notes.append(f"larger than {MAX_BYTES} bytes: only its first {MAX_BYTES} read")
         data = data[:data.rfind(b"\n", 0, MAX_BYTES) + 1]
-    table = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True)
+    table = read_cells(data)
     source.lines = table.height + 1
-    step_col = next(c for c in table.columns if c in _STEP_COLUMNS)
+    step_col = next((c for c in table.columns if c in _STEP_COLUMNS), None)
+    if step_col is None:
+        raise ValueError("no step column in the header")
     # The event names the step, then the losses and norms non-finite-loss reads, then the rest, cut
     # at MESSAGE_CHARS (DeviceStatsMonitor alone logs some 250 columns); memory reads every cell.
     first = [step_col] + [c for c in table.columns if c != step_col and _FIRST.search(c)]
     ordered = first + [c for c in table.columns if c not in first]
-    cells = [pl.when(pl.col(c).is_not_null() & (pl.col(c) != "")).then(pl.format(f"{c}={{}}", pl.col(c)))
+    # the name as a literal, not in a format template: a header may hold "{}"
+    cells = [pl.when(pl.col(c).is_not_null() & (pl.col(c) != "")).then(pl.concat_str(pl.lit(f"{c}="), pl.col(c)))
              for c in ordered]
     step = pl.col(step_col).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
     rows = table.with_row_index("line_no", offset=2).select(

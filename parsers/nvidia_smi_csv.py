@@ -25,6 +25,7 @@ import polars as pl
 from postmortem.schema import conform
 
 from .lines import open_binary
+from .metrics_csv import read_cells
 from .source import Source
 
 KIND = "nvidia_smi_csv"
@@ -54,10 +55,12 @@ def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     if len(data) > MAX_BYTES:
         source.notes.append(f"larger than {MAX_BYTES} bytes: only its first {MAX_BYTES} read")
         data = data[:data.rfind(b"\n", 0, MAX_BYTES) + 1]
-    table = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True)
+    table = read_cells(data)
     table = table.rename({c: c.strip() for c in table.columns}).with_columns(pl.all().str.strip_chars())
     source.lines = table.height + 1
     used = _field(table.columns, "memory.used")
+    if used is None:
+        raise ValueError("no memory.used field in the header")
     header_unit = re.search(r"\[(\w+)\]", used)
     cell = table[used].str.extract_groups(r"^(?<v>\d+(?:\.\d+)?)\s*(?<u>[KMG]?i?B)?$")
     unit = pl.coalesce(cell.struct.field("u"), pl.lit(header_unit[1] if header_unit else "MiB"))

@@ -36,7 +36,7 @@ SCENARIOS = {
         "cmd": [sys.executable, str(LIGHTNING)],
         "launcher": "Lightning's own DDP launcher (Trainer(strategy='ddp', devices=2) re-runs the script for rank 1)",
         "planted": "step 4: a corrupt record: one NaN feature in rank 1's batch (corrupt); training goes on",
-        "root_cause": "non-finite-loss", "culprit_ranks": None, "user_line_is_planted": False,
+        "root_cause": "non-finite-loss", "culprit_ranks": [], "user_line_is_planted": False,
         "note": ("As planned: metrics.csv (written by rank 0; train_loss logged with sync_dist=True, the mean over the "
                  "ranks) has a finite train_loss at steps 0-3 and nan from step 4 to the end, and the console's progress "
                  "bar ends 'train_loss: nan'; exit 0. Nothing in the logs says which rank's batch was bad (Lightning's "
@@ -58,7 +58,7 @@ SCENARIOS = {
         "cmd": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(HF)],
         "launcher": "torchrun --nproc-per-node 2 (no --log-dir: one console), HF Trainer on accelerate",
         "planted": "step 4: a corrupt record: one NaN feature in rank 1's batch (Collator.corrupt); training goes on",
-        "root_cause": "non-finite-loss", "culprit_ranks": None, "user_line_is_planted": False,
+        "root_cause": "non-finite-loss", "culprit_ranks": [], "user_line_is_planted": False,
         "note": ("The Trainer's logging_nan_inf_filter (on by default) hides the NaN loss: the logged loss stays "
                  "finite at step 4 and is 0 from step 5 on, while grad_norm is nan from step 4 to the end, in the "
                  "console's log dicts (printed as strings by transformers 5) and in trainer_state.json's log_history. Both are rank "
@@ -69,7 +69,7 @@ SCENARIOS = {
         "cmd": [sys.executable, str(LEAK_CUDA)],
         "launcher": "python (one process, Trainer(accelerator='gpu', devices=1)), DeviceStatsMonitor on",
         "planted": "every step: a metric forward's output is kept with its graph (keep_for_smoothing)",
-        "root_cause": "memory-leak", "culprit_ranks": None, "user_line_is_planted": False,
+        "root_cause": "memory-leak", "culprit_ranks": [], "user_line_is_planted": False,
         "device": "cuda", "monitor_gpu": True, "world_size": 1, "backend": "none (one process)",
         "note": ("As planned: metrics.csv's DeviceStatsMonitor columns (torch.cuda.memory_stats() at each batch's "
                  "start and end) show allocated_bytes.all.current rising every step; nvidia-smi's CSV (out/gpu.csv, "
@@ -109,6 +109,34 @@ def planted_line(script: Path, name: str) -> str:
     return f"{script.name}:{at + 2}"  # the line after the marker (1-based)
 
 
+def planned(name: str, spec: dict) -> dict:
+    """The expected.json fields that come from the plan (the verdict, the planted line, the note),
+    not from the run."""
+    planted = planted_line(spec["script"], name)
+    return {
+        "scenario": name,
+        "signatures": [spec["root_cause"]],
+        "root_cause": spec["root_cause"],
+        "culprit_ranks": spec["culprit_ranks"],  # [] where the logs name no culprit
+        "user_line": planted if spec["user_line_is_planted"] else None,
+        "planted_line": planted,
+        "backend": spec.get("backend", "gloo"),
+        "device": spec.get("device", "cpu"),
+        "world_size": spec.get("world_size", 2),
+        "planted": spec["planted"],
+        "framework_launcher": spec["launcher"],
+        "regenerate": f"python sample_logs/generate/frameworks/make_samples.py --only {name}",
+        "note": spec["note"],
+    }
+
+
+def refresh_expected(name: str, spec: dict, out_root: Path) -> None:
+    """Rewrite a folder's planned fields, keeping what its run recorded (exit, versions, wall time)."""
+    path = out_root / name / "expected.json"
+    recorded = json.loads(path.read_text())
+    path.write_text(json.dumps({**recorded, **planned(name, spec)}, indent=2) + "\n")
+
+
 def run(name: str, spec: dict, out_root: Path) -> None:
     folder = out_root / name
     shutil.rmtree(folder, ignore_errors=True)
@@ -126,27 +154,14 @@ def run(name: str, spec: dict, out_root: Path) -> None:
     if monitor:
         monitor.terminate()
         monitor.wait(timeout=30)
-    planted = planted_line(spec["script"], name)
     expected = {
-        "scenario": name,
-        "signatures": [spec["root_cause"]],
-        "root_cause": spec["root_cause"],
-        "culprit_ranks": spec["culprit_ranks"],
-        "user_line": planted if spec["user_line_is_planted"] else None,
-        "planted_line": planted,
-        "backend": spec.get("backend", "gloo"),
-        "device": spec.get("device", "cpu"),
-        "world_size": spec.get("world_size", 2),
+        **planned(name, spec),
         "exit": f"launcher exit {proc.returncode}",
-        "planted": spec["planted"],
-        "framework_launcher": spec["launcher"],
         "torch": version("torch"),
         "frameworks": {p: version(p) for p in ("lightning", "transformers", "accelerate") if installed(p)},
         "hardware": (f"GPU {gpu_name()}, {os.cpu_count()} CPU cores" if spec.get("device") == "cuda"
                      else f"CPU only, {os.cpu_count()} cores ({cpu_name()})"),
         "wall_s": round(wall, 1),
-        "regenerate": f"python sample_logs/generate/frameworks/make_samples.py --only {name}",
-        "note": spec["note"],
     }
     (folder / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
     print(f"{name}: exit {proc.returncode} in {wall:.1f} s", flush=True)
@@ -156,11 +171,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", help="comma-separated scenario names (default: all)")
     ap.add_argument("--out", default=str(REPO / "sample_logs"))
+    ap.add_argument("--refresh-expected", action="store_true",
+                    help="only rewrite each folder's expected.json from the plan (no run)")
     a = ap.parse_args()
     # the CUDA scenarios need a GPU: without --only, the CPU ones
     names = a.only.split(",") if a.only else [n for n, s in SCENARIOS.items() if s.get("device") != "cuda"]
+    if a.refresh_expected and not a.only:
+        names = list(SCENARIOS)
     for name in names:
-        run(name, SCENARIOS[name], Path(a.out))
+        (refresh_expected if a.refresh_expected else run)(name, SCENARIOS[name], Path(a.out))
 
 
 if __name__ == "__main__":
