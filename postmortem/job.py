@@ -443,6 +443,7 @@ def analyze(root: str | Path, job_id: str, run_id: str, signatures: str | Path |
     store.append(con, "findings", run_id, summary.findings_frame([f.row() for f in findings]))
     con.execute("UPDATE runs SET verdict = ?, exit_status = ? WHERE run_id = ?",
                 [top.signature if top else None, exit_status([f.severity for f in findings], fail_on), run_id])
+    store.export_job_verdict(con, Path(root), run_id, job_id)
     return con, job
 
 

@@ -315,6 +315,37 @@ def export_node(con: duckdb.DuckDBPyConnection, root: Path, run_id: str, job: st
     return written
 
 
+JOB_TABLES = ("runs", "findings")  # a job's analysis; the rows it was made from are the nodes'
+
+
+def export_job_verdict(con: duckdb.DuckDBPyConnection, root: Path, run_id: str, job: str) -> dict[str, int]:
+    """Write a multi-node job's analysis (its run and findings, not the nodes' rows again) as
+    ROOT/<table>/date=…/job=JOB/analysis.parquet, replacing the job's earlier analysis: history
+    questions over the tree (which signature fired, on which host) see one verdict per job."""
+    job = partition_value(job)
+    date = con.execute("SELECT strftime(analyzed_at, '%Y-%m-%d') FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0]
+    written: dict[str, int] = {}
+    writer = duckdb.connect()
+    try:
+        for table in JOB_TABLES:
+            for old in (root / table).glob(f"date=*/job={job}/analysis.parquet"):
+                old.unlink()
+            count = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchall()[0][0]
+            if not count:
+                continue
+            place = root / table / f"date={date}" / f"job={job}"
+            place.mkdir(parents=True, exist_ok=True)
+            aside = place / f".analysis-{secrets.token_hex(4)}.parquet"
+            writer.register("_rows", _rows_of(con, table, run_id))
+            writer.execute(f"COPY (SELECT * FROM _rows) TO '{str(aside).replace(chr(39), chr(39) * 2)}' (FORMAT PARQUET)")
+            writer.unregister("_rows")
+            aside.rename(place / "analysis.parquet")
+            written[table] = count
+    finally:
+        writer.close()
+    return written
+
+
 def job_nodes(root: Path, job: str) -> list[str]:
     """The nodes that wrote rows of ``job`` under ``root`` (export_node), by name."""
     job = partition_value(job)

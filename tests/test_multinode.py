@@ -387,3 +387,20 @@ def test_the_job_id_comes_from_the_flag_the_scheduler_or_torchruns_rendezvous():
     assert job_id_of(None, {}, "rdzv-17") == "rdzv-17"  # torchrun's --log-dir layout
     with pytest.raises(PostmortemError, match="No job id"):
         job_id_of(None, {}, None)
+
+
+def test_the_jobs_verdict_lands_in_the_parquet_tree_once_beside_the_nodes_rows(tmp_path):
+    """History questions over the tree (DuckDB here, Spark or Trino alike) see the job's verdict;
+    analyzing the job again replaces it, and the nodes' rows are not written a second time."""
+    name = "rank_sigkill"
+    layout = split_into_nodes(sample_dir(name), tmp_path / "nodes", 2)
+    ingest_job(tmp_path / "nodes", tmp_path / "pq", "j", list(layout))
+    events = api.query("SELECT count(*) FROM events", parquet=tmp_path / "pq")
+    for _ in range(2):
+        report = api.analyze_job(tmp_path / "pq", "j", keep=False)
+    _, rows = api.query("SELECT run_id, verdict FROM runs WHERE verdict IS NOT NULL", parquet=tmp_path / "pq")
+    assert rows == [(report["run_id"], _want(name)[0])]
+    assert api.query("SELECT count(*) FROM events", parquet=tmp_path / "pq") == events
+    culprits = api.query("SELECT DISTINCT culprit_rank FROM v_findings WHERE role = 'root_cause'", parquet=tmp_path / "pq")
+    assert [r[0] for r in culprits[1]] == _want(name)[1]
+    assert api.analyze_job(tmp_path / "pq", "j", keep=False)["nodes"] == report["nodes"]  # not read as a node
