@@ -9,11 +9,18 @@ ranks are grouped by what they compiled; unlike it, the groups say how they diff
 Ranks are compared within one source: TORCH_TRACE when two or more ranks have it (it logs
 every compile), else TORCH_LOGS text (recompiles and graph breaks only). A rank whose process
 failed and whose compile ids are a prefix of the others' stopped early; it does not count.
+
+What a log leaves out is not a difference: a frame is known by its compile id's frame number
+(``[2/8]`` is frame 2 on every rank of one program), so a recompile block cut before its
+``function:`` line still counts for its frame; a guard is compared only on frames where every
+rank's log names one; and object ids in guards (``___check_obj_id(L['self'], 140318667175440)``)
+differ per process by construction, so they are masked.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 
 import duckdb
@@ -23,6 +30,8 @@ _ASPECTS = ("collective schedule", "compile ids", "recompiles per frame", "guard
 
 
 _LIBRARY_PATHS = ("site-packages/", "dist-packages/", "/torch/", "/lib/python3")
+# an integer this long in a guard is an object or type id (id() of a Python object), not a size
+_OBJECT_ID = re.compile(r"\b\d{8,}\b")
 
 
 def _in_user_code(code_file: str | None) -> bool:
@@ -75,22 +84,39 @@ def _id_key(attempt: str) -> tuple:
     return tuple(int(p) if p.isdigit() else 0 for p in parts)
 
 
+def _frame_name(r: dict) -> str | None:
+    return f"{r['function']} ({r['code_file']}:{r['code_line']})" if r["function"] else None
+
+
+def _frame_key(r: dict) -> str:
+    """The frame a record is of: its compile id's frame number where it has one (the same frame on
+    every rank of one program, whether or not this record's block kept its ``function:`` line)."""
+    attempt = (r["attempt"] or "").lstrip("!")
+    if "/" in attempt:
+        return "frame " + attempt.split("/")[0]
+    return _frame_name(r) or "unknown frame"
+
+
 def _profile(rows: list[dict]) -> dict:
     """What one rank compiled: its compile ids, recompiles and guards per frame, cache outcomes."""
     ids = {r["attempt"] for r in rows if r["attempt"]}
     recompiles: Counter = Counter()
     guards: dict[str, set] = defaultdict(set)
+    names: dict[str, str] = {}
     seen: set = set()
     cache = []
     schedule = []
     for r in rows:
-        frame = f"{r['function']} ({r['code_file']}:{r['code_line']})"
+        frame = _frame_key(r)
+        if _frame_name(r):
+            names.setdefault(frame, _frame_name(r))
         if r["event"] in ("recompile", "limit_hit"):
             key = r["attempt"] or (r["file"], r["line_no"])
             if (frame, key) not in seen:
                 seen.add((frame, key))
                 recompiles[frame] += 1
-            guards[frame].add((r["reason_class"], r["guard"]))
+            if r["guard"]:
+                guards[frame].add((r["reason_class"], _OBJECT_ID.sub("<id>", r["guard"])))
         if r["cache"] and r["event"] in ("compile", "recompile"):
             outcome = json.loads(r["cache"]) if isinstance(r["cache"], str) else r["cache"]
             cache.append((r["attempt"], outcome.get("fx_graph_cache")))
@@ -99,6 +125,7 @@ def _profile(rows: list[dict]) -> dict:
             schedule.append((r["attempt"], tuple(ops)))
     return {"compile ids": frozenset(ids), "recompiles per frame": tuple(sorted(recompiles.items())),
             "guard failures": tuple(sorted((f, tuple(sorted(g, key=str))) for f, g in guards.items())),
+            "frame names": names,
             "cache hit/miss pattern": tuple(sorted(cache, key=lambda c: _id_key(c[0] or ""))),
             "collective schedule": tuple(sorted(schedule, key=lambda c: _id_key(c[0] or "")))}
 
@@ -109,7 +136,8 @@ def _describe(profile: dict, rows: list[dict]) -> str:
     parts = [f"{len(ids)} compile id(s) ({span or 'none'})"]
     for frame, n in profile["recompiles per frame"]:
         classes = sorted({c for f, g in profile["guard failures"] if f == frame for c, _ in g if c})
-        parts.append(f"{frame.split(' (')[0]} recompiled {n}x" + (f" ({', '.join(classes)})" if classes else ""))
+        name = profile["frame names"].get(frame, frame).split(" (")[0]
+        parts.append(f"{name} recompiled {n}x" + (f" ({', '.join(classes)})" if classes else ""))
     outcomes = Counter(o for _, o in profile["cache hit/miss pattern"] if o)
     if outcomes:
         parts.append("FX cache " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
@@ -119,6 +147,15 @@ def _describe(profile: dict, rows: list[dict]) -> str:
     if failures:
         parts.append(f"{failures} compile failure(s)")
     return "; ".join(parts)
+
+
+def _keep_guards_every_rank_names(profiles: dict[int, dict]) -> None:
+    """Compare guards only on frames whose guards every rank's log shows: a rank whose recompile
+    block was cut before its ``last reason:`` line failed some guard, just not one we can read."""
+    named = [{f for f, _ in p["guard failures"]} for p in profiles.values()]
+    common = set.intersection(*named) if named else set()
+    for p in profiles.values():
+        p["guard failures"] = tuple(fg for fg in p["guard failures"] if fg[0] in common)
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -136,6 +173,7 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     per_rank = by_source[source]
     profiles = {rank: _profile(rs) for rank, rs in per_rank.items()}
     failed = _failed_ranks(con, run_id)
+    _keep_guards_every_rank_names(profiles)
     for aspect in _ASPECTS:
         groups: dict = defaultdict(list)
         for rank, p in profiles.items():
