@@ -30,3 +30,14 @@ def test_ranks_whose_limit_blocks_were_cut_differently_are_not_divergent(case, r
     # both ranks' limit hits were read, so the comparison did have two ranks to compare
     limit = next(f for f in report["findings"] if f["signature"] == "recompile-limit")
     assert {e["rank"] for e in limit["evidence"]} == set(ranks)
+
+
+def test_object_ids_in_guards_are_masked_but_sizes_are_kept():
+    # Real guards: ParaAttention#22 rank 2's last reason, and pytorch/pytorch#139474 rank 6's. An
+    # object id differs per process for the same guard; a size is what ranks may truly differ in.
+    from postmortem.checks.rank_divergent_compile import _OBJECT_ID
+
+    obj = "___check_obj_id(L['self']._modules['attn'].processor, 140318667175440)"
+    size = "tensor 'L['images']' size mismatch at index 2. expected 1696, actual 1248"
+    assert _OBJECT_ID.sub("<id>", obj) == "___check_obj_id(L['self']._modules['attn'].processor, <id>)"
+    assert _OBJECT_ID.sub("<id>", size) == size
