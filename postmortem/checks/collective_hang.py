@@ -451,12 +451,12 @@ def find_cycle(edges: dict[int, list[tuple[int, object]]]) -> list[tuple[int, ob
     return []
 
 
-def _order_keys(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, list[tuple]]:
-    """Each rank's recorded collectives over all its groups, in the order it issued them (its
-    dump's entry order): (position, group, op family, elements in)."""
+def _order_keys(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int]) -> dict[int, list[tuple]]:
+    """Each of ``ranks``' recorded collectives over all its groups, in the order it issued them
+    (its dump's entry order): (position, group, op family, elements in)."""
     rows = con.execute(
         "SELECT rank, line_no, pg, op, numel_in FROM collectives WHERE run_id = ? AND source = 'flight_recorder' "
-        "AND rank IS NOT NULL AND line_no IS NOT NULL ORDER BY rank, file, line_no", [run_id]).fetchall()
+        "AND list_contains(?, rank) AND line_no IS NOT NULL ORDER BY rank, file, line_no", [run_id, ranks]).fetchall()
     out: dict[int, list[tuple]] = {}
     for rank, position, pg, op, numel in rows:
         out.setdefault(rank, []).append((position, pg, alignment.op_family(op), numel))
@@ -490,7 +490,7 @@ def _cycle(con: duckdb.DuckDBPyConnection, run_id: str, waits: list[alignment.Di
         return []
     sites = alignment.call_sites(con, run_id)
     stacks = stack_positions(con, run_id)
-    orders = _order_keys(con, run_id)
+    orders = _order_keys(con, run_id, sorted({rank for rank, _ in cycle}))
     links = []
     for (rank, d), (peer, _) in zip(cycle, cycle[1:] + cycle[:1]):
         call = d.calls.get(rank)
