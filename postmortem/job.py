@@ -331,7 +331,8 @@ def clock_sentences(job: Job) -> list[str]:
 
 def _fingerprint(root: Path, job: str) -> str:
     """The job's Parquet files (names, sizes, mtimes): equal fingerprints, equal input."""
-    files = sorted(root.glob(f"*/date=*/job={store.partition_value(job)}/node=*/*.parquet"))
+    files = sorted(f for f in root.glob(f"*/date=*/job={store.partition_value(job)}/node=*/*.parquet")
+                   if f.parent.name != f"node={store.JOB_ANALYSIS}")
     digest = hashlib.sha256()
     for f in files:
         st = f.stat()

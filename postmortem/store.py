@@ -316,24 +316,27 @@ def export_node(con: duckdb.DuckDBPyConnection, root: Path, run_id: str, job: st
 
 
 JOB_TABLES = ("runs", "findings")  # a job's analysis; the rows it was made from are the nodes'
+# The job's analysis sits beside its nodes, as a partition of that depth (Spark and Trino read a
+# table whose partitions are all date/job/node); no host is named so (a host name has no '_').
+JOB_ANALYSIS = "_job"
 
 
 def export_job_verdict(con: duckdb.DuckDBPyConnection, root: Path, run_id: str, job: str) -> dict[str, int]:
     """Write a multi-node job's analysis (its run and findings, not the nodes' rows again) as
-    ROOT/<table>/date=…/job=JOB/analysis.parquet, replacing the job's earlier analysis: history
-    questions over the tree (which signature fired, on which host) see one verdict per job."""
+    ROOT/<table>/date=…/job=JOB/node=_job/analysis.parquet, replacing the job's earlier analysis:
+    history questions over the tree (which signature fired, on which host) see one verdict per job."""
     job = partition_value(job)
     date = con.execute("SELECT strftime(analyzed_at, '%Y-%m-%d') FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0]
     written: dict[str, int] = {}
     writer = duckdb.connect()
     try:
         for table in JOB_TABLES:
-            for old in (root / table).glob(f"date=*/job={job}/analysis.parquet"):
+            for old in (root / table).glob(f"date=*/job={job}/node={JOB_ANALYSIS}/analysis.parquet"):
                 old.unlink()
             count = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchall()[0][0]
             if not count:
                 continue
-            place = root / table / f"date={date}" / f"job={job}"
+            place = root / table / f"date={date}" / f"job={job}" / f"node={JOB_ANALYSIS}"
             place.mkdir(parents=True, exist_ok=True)
             aside = place / f".analysis-{secrets.token_hex(4)}.parquet"
             writer.register("_rows", _rows_of(con, table, run_id))
@@ -350,7 +353,7 @@ def job_nodes(root: Path, job: str) -> list[str]:
     """The nodes that wrote rows of ``job`` under ``root`` (export_node), by name."""
     job = partition_value(job)
     return sorted({p.name.removeprefix("node=") for p in (root / "runs").glob(f"date=*/job={job}/node=*")
-                   if any(p.glob("*.parquet"))})
+                   if any(p.glob("*.parquet"))} - {JOB_ANALYSIS})
 
 
 def job_tables(root: Path, job: str) -> duckdb.DuckDBPyConnection:
@@ -360,7 +363,9 @@ def job_tables(root: Path, job: str) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     for table in TABLES:
         scan = _parquet_files_sql(root, table, [f"date=*/job={job}/node=*/*.parquet"])
-        if scan is None:  # no node had rows of this table: empty, with the partition columns
+        if scan is not None:  # the nodes' rows, not an earlier analysis of the job (pruned by partition)
+            scan = f"SELECT * FROM ({scan}) WHERE node <> '{JOB_ANALYSIS}'"
+        else:  # no node had rows of this table: empty, with the partition columns
             con.execute(ddl(table))
             scan = f"SELECT *, NULL::VARCHAR AS date, NULL::VARCHAR AS job, NULL::VARCHAR AS node FROM {table}"
             con.execute(f"ALTER TABLE {table} RENAME TO _empty_{table}")
