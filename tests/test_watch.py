@@ -30,6 +30,14 @@ GRACE_S = 3
 JOB_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
+@pytest.fixture(autouse=True)
+def _no_job_left(tmp_path):
+    """Whatever happens in a test, no process of its job outlives it (a blocked rank never exits)."""
+    yield
+    for pid in _processes_running(tmp_path / "watch_job.py"):
+        os.kill(pid, 9)
+
+
 def _job_script(tmp_path: Path) -> Path:
     """The fixture under a path of this test's own, so the job's processes can be told apart."""
     path = tmp_path / "watch_job.py"
@@ -186,9 +194,7 @@ def test_attached_by_log_directory_names_the_blocked_rank_and_kill_ends_the_job(
         assert (logs / "postmortem-watch" / "pyspy" / "rank2.txt").is_file()
         assert proc.returncode == 1
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
+        _end([job], script)
 
 
 def test_healthy_eight_rank_job_with_uneven_steps_exits_0_with_no_verdict(tmp_path):
@@ -297,6 +303,17 @@ def _two_nodes(tmp_path: Path, script: Path) -> tuple[Path, list[subprocess.Pope
     return shared, agents
 
 
+def _end(agents: list[subprocess.Popen], script: Path) -> None:
+    """Kill what is left of a job the test started: its agents and every worker (a worker outlives
+    a SIGKILLed agent, blocked forever)."""
+    for pid in _processes_running(script):
+        os.kill(pid, 9)
+    for agent in agents:
+        if agent.poll() is None:
+            agent.kill()
+        agent.wait()
+
+
 def test_two_nodes_sharing_a_log_directory_dump_their_own_ranks_and_rank_0s_node_names_the_culprit(tmp_path):
     script = _job_script(tmp_path)
     shared, agents = _two_nodes(tmp_path, script)
@@ -325,10 +342,7 @@ def test_two_nodes_sharing_a_log_directory_dump_their_own_ranks_and_rank_0s_node
             assert agent.wait(timeout=GRACE_S + 5) is not None
         _assert_gone_within_grace(script, [p for node in pids for p in node], arrived)
     finally:
-        for agent in agents:
-            if agent.poll() is None:
-                agent.kill()
-                agent.wait()
+        _end(agents, script)
 
 
 def test_a_node_whose_watcher_never_answers_is_named(tmp_path):
@@ -346,10 +360,7 @@ def test_a_node_whose_watcher_never_answers_is_named(tmp_path):
         assert sorted(stall["evidence"]["pyspy"]) == ["0", "1"]
         assert stall["verdict"]["culprit_ranks"] != [0] and stall["verdict"]["culprit_ranks"] != [1]
     finally:
-        for agent in agents:
-            if agent.poll() is None:
-                agent.kill()
-                agent.wait()
+        _end(agents, script)
 
 
 class _Lines:
