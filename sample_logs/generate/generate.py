@@ -1352,6 +1352,21 @@ id, as `--label` does). srun's own messages (`srun: error: ...`) are not imitate
 rank runs until it exits (srun's default: no `--kill-on-bad-exit`). Where no torchrun ran, `exit`
 and `rank_exits` give each rank's own exit status.
 
+**Framework samples** (`lightning_*`, `hf_trainer_*`) come from the frameworks' own launchers,
+not `train.py`: `generate/frameworks/make_samples.py` runs `generate/frameworks/lightning_train.py`
+(a tiny regression `LightningModule`, `Trainer(accelerator="cpu", devices=2, strategy="ddp")`:
+Lightning's own launcher re-runs the script for rank 1, both write one console, `CSVLogger`
+writes `out/lightning_logs/version_0/metrics.csv`), `generate/frameworks/hf_trainer_train.py` (a
+tiny MLP trained by `transformers.Trainer` with `logging_steps=1`, two CPU processes under
+`torchrun --nproc-per-node 2` with no `--log-dir`; `trainer.save_state()` writes
+`out/trainer_state.json`; `accelerate launch --cpu` starts one process whatever
+`--num_processes` says, its multi-CPU mode needing MPI) and, on one H200,
+`generate/frameworks/lightning_leak_cuda.py` (Lightning's `DeviceStatsMonitor` logging
+`torch.cuda.memory_stats()` into metrics.csv, `nvidia-smi --query-gpu --format=csv` beside it).
+They ran in their own venv (torch 2.13.0, lightning, transformers, accelerate); each run's
+stdout and stderr are `console.log` as a terminal shows them, nothing edited; the planted line
+follows a `# PLANTED(<scenario>)` comment; make_samples.py writes `expected.json`.
+
 | scenario | planted | ran on | how it ended | root cause (culprit) | regenerate |
 | --- | --- | --- | --- | --- | --- |
 """
