@@ -21,6 +21,7 @@ from rich.text import Text
 from . import __version__, api, catalog, discover, engine, metadata, report, store
 from .errors import PostmortemError
 from .html import to_html
+from .ranges import rank_ranges
 
 app = typer.Typer(
     help="Read every rank's logs of a crashed, hung or slow PyTorch job and say what went wrong.\n\n"
@@ -570,9 +571,9 @@ def rerun(
         else:
             rows = [{"signature": r["signature"], "found in": r["in"],
                      "original": "" if r["original_ranks"] is None else f"{r['original_role']} "
-                     f"ranks [{engine.rank_ranges(r['original_ranks'])}]",
+                     f"ranks [{rank_ranges(r['original_ranks'])}]",
                      "rerun": "" if r["rerun_ranks"] is None else f"{r['rerun_role']} "
-                     f"ranks [{engine.rank_ranges(r['rerun_ranks'])}]"}
+                     f"ranks [{rank_ranges(r['rerun_ranks'])}]"}
                     for key in ("both", "only_original", "only_rerun") for r in result["diff"][key]]
             out.print(_table(rows, f"findings: {result['run_id']} (rerun) against {result['against']}")
                       if rows else Text("neither run has findings"))

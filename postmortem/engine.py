@@ -27,6 +27,7 @@ import duckdb
 from .catalog import SEVERITIES, Signature
 from .checks import shared_results
 from .errors import PostmortemError
+from .ranges import rank_ranges
 
 log = logging.getLogger(__name__)
 
@@ -125,17 +126,6 @@ def _confidence(sig: Signature, rows: list[dict]) -> float:
         if r.get("confidence") is not None:
             return float(r["confidence"])
     return sig.confidence
-
-
-def rank_ranges(ranks: list[int]) -> str:
-    """[0, 2, 3, 4, 7] -> "0, 2-4, 7": a 512-rank job's rank list must stay readable."""
-    spans: list[list[int]] = []
-    for r in sorted(set(ranks)):
-        if spans and spans[-1][1] == r - 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    return ", ".join(str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}" for a, b in spans)
 
 
 def to_finding(sig: Signature, rows: list[dict]) -> Finding:

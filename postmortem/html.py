@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
 
-from .engine import rank_ranges
+from .ranges import rank_ranges
 
 PALETTE = ["#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 CULPRIT_COLOR = "#c0392b"

@@ -34,6 +34,8 @@ import duckdb
 
 from . import catalog, engine, store, summary
 from .errors import PostmortemError
+from .pipeline import calibrator, exit_status, load
+from .ranges import rank_ranges
 from .schema import TABLES
 
 # A finding of its own says how the job was put together: its nodes, their clocks, who is missing.
@@ -151,10 +153,8 @@ def ingest_node(path: str | Path, root: str | Path, job: str | None = None, node
     (replacing an earlier ingest of the same node); with ``keep`` the node's run lands in the
     history too. No signature runs here: the verdict is the whole job's.
     Returns (run id, job id, node, rows per table)."""
-    from . import api  # api is the façade over this module, not a dependency of it
-
     labels = dict(labels or {})
-    con, run_id, _ = api.load(path, labels=labels, **load_options)
+    con, run_id, _ = load(path, labels=labels, **load_options)
     from_logs = con.execute("SELECT job_id FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0]
     job = job_id_of(job, labels, from_logs)
     node = node or labels.get("node") or labels.get("pod") or socket.gethostname()
@@ -295,7 +295,7 @@ def missing_sentence(job: Job) -> str | None:
            f"nodes {', '.join(nodes)} did not ingest" if nodes else "no node that ingested ran them")
     if job.missing_ranks:
         ranks = "rank" if len(job.missing_ranks) == 1 else "ranks"
-        return f"{ranks} {engine.rank_ranges(job.missing_ranks)} left no rows: {who}"
+        return f"{ranks} {rank_ranges(job.missing_ranks)} left no rows: {who}"
     if nodes:
         return f"{who.replace(' did not', ' expected by the scheduler did not')}"
     return None
@@ -366,7 +366,7 @@ def assemble(root: str | Path, job_id: str, run_id: str,
     reference = min(holding, key=lambda n: ranks_by_node[n][0]) if holding else None
     clocks = _estimate_clocks(con, [n for n in nodes if ranks_by_node[n]], reference)
     _shift(con, clocks)
-    # what api.load does after parsing, now over all nodes (the agent's lines on one node name
+    # what pipeline.load does after parsing, now over all nodes (the agent's lines on one node name
     # workers by the pids their own files give on another). Local ranks are left alone: across
     # nodes a local rank is not the rank (each node's ingest made its own of them already).
     summary.attribute_ranks_by_pid(con, run_id)
@@ -389,7 +389,7 @@ def job_finding(job: Job, order_notes: list[str]) -> engine.Finding:
     parts = [gap] if gap else []  # first: the report's table shows a finding's first 400 characters
     parts += clock_sentences(job) + order_notes
     parts.append(f"job {job.job_id} from {len(job.ranks_by_node)} node(s): " + "; ".join(
-        f"{n} ranks {engine.rank_ranges(r) or 'none'}" for n, r in sorted(job.ranks_by_node.items())))
+        f"{n} ranks {rank_ranges(r) or 'none'}" for n, r in sorted(job.ranks_by_node.items())))
     unknown = any(c.offset_s is None for n, c in job.clocks.items() if n != job.reference)
     return engine.Finding(
         signature=JOB_SIGNATURE, role="context", severity="warning" if gap or unknown else "info", confidence=1.0,
@@ -422,17 +422,13 @@ FIRST_TO_END = {"rank-crash"}
 
 
 def analyze(root: str | Path, job_id: str, run_id: str, signatures: str | Path | None = None,
-            fail_on: str = "error", expected_nodes: list[str] | None = None,
-            calibrate=None) -> tuple[duckdb.DuckDBPyConnection, Job]:
+            fail_on: str = "error", expected_nodes: list[str] | None = None) -> tuple[duckdb.DuckDBPyConnection, Job]:
     """Assemble the job, match every signature, and store the findings (the job's own one
     included) in the staging database: the run's report is then summary.report's."""
-    from .api import exit_status
-
     con, job = assemble(root, job_id, run_id, expected_nodes)
     sigs, broken = catalog.load_all(Path(signatures) if signatures else None)
     store.sandbox(con)  # signature SQL (the user's too) sees the run's tables and nothing else
-    findings = engine.match(con, run_id, sigs, broken, **({"calibrate": calibrate(con, run_id, sigs)}
-                                                           if calibrate else {}))
+    findings = engine.match(con, run_id, sigs, broken, calibrate=calibrator(con, run_id, sigs))
     top = engine.verdict(findings)
     gap = missing_sentence(job)
     if top is not None and gap:

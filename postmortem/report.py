@@ -17,7 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .engine import rank_ranges
+from .ranges import rank_ranges
 
 
 def to_json(report: dict) -> str:

@@ -44,10 +44,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from postmortem import api, summary
-from postmortem.engine import rank_ranges
 from postmortem.errors import PostmortemError
 from postmortem.parsers import pyspy as pyspy_parser
 from postmortem.parsers.source import Source
+from postmortem.ranges import rank_ranges
 from postmortem.replay import rerun
 
 log = logging.getLogger(__name__)

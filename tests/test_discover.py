@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from postmortem import api
+from postmortem import api, pipeline
 from postmortem.discover import discover
 from postmortem.errors import PostmortemError
 
@@ -84,7 +84,7 @@ def test_missing_directory_and_nothing_readable_are_one_sentence_errors(tmp_path
 
 def test_parsing_across_processes_gives_what_parsing_in_one_gives(monkeypatch):
     serial = api.analyze(sample_dir("hang_dataloader"), keep=False)
-    monkeypatch.setattr(api, "PARALLEL_MIN_BYTES", 0)  # the big-job path, on a small job
+    monkeypatch.setattr(pipeline, "PARALLEL_MIN_BYTES", 0)  # the big-job path, on a small job
     parallel = api.analyze(sample_dir("hang_dataloader"), keep=False)
     for key in ("verdict", "ranks", "world_size", "ranks_seen", "versions"):
         assert parallel[key] == serial[key], key
@@ -94,7 +94,7 @@ def test_parsing_across_processes_gives_what_parsing_in_one_gives(monkeypatch):
 def test_parsing_workers_get_one_polars_thread_unless_the_user_chose_otherwise(monkeypatch):
     monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
     monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:1")  # the user's own allocator setting
-    with api._worker_environment():
+    with pipeline._worker_environment():
         assert os.environ["POLARS_MAX_THREADS"] == "1"
         assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"
     # what was added for the workers is gone again, what the user set is untouched

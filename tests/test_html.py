@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from postmortem import api
-from postmortem.engine import rank_ranges
 from postmortem.html import to_html
+from postmortem.ranges import rank_ranges
 
 from .conftest import sample_dir
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from postmortem.engine import rank_ranges
+from postmortem.ranges import rank_ranges
 
 from . import once
 from .common import NOT_USER_SQL

@@ -31,7 +31,7 @@ from dataclasses import replace
 
 import duckdb
 
-from postmortem.engine import rank_ranges
+from postmortem.ranges import rank_ranges
 from postmortem.summary import rank_endings
 
 from . import collective_alignment as alignment

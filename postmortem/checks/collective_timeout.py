@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import duckdb
 
-from postmortem.engine import rank_ranges
+from postmortem.ranges import rank_ranges
 
 from . import collective_alignment as alignment
 

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import duckdb
 
-from postmortem.engine import rank_ranges
+from postmortem.ranges import rank_ranges
 from postmortem.summary import PEER_CAUSED, rank_endings
 
 _FATAL_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"}

@@ -18,7 +18,7 @@ import re
 
 import duckdb
 
-from postmortem.engine import rank_ranges
+from postmortem.ranges import rank_ranges
 
 from .common import is_user_file, stuck_elsewhere
 from .progress import busy_by_progress

@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 
 from postmortem import store
-from postmortem.engine import rank_ranges
 from postmortem.errors import PostmortemError
+from postmortem.ranges import rank_ranges
 from postmortem.schema import frame
 
 from . import sequence

@@ -36,8 +36,8 @@ from datetime import datetime
 from pathlib import Path
 
 from postmortem import api
-from postmortem.engine import rank_ranges
 from postmortem.errors import PostmortemError
+from postmortem.ranges import rank_ranges
 
 log = logging.getLogger(__name__)
 

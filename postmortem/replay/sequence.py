@@ -16,7 +16,7 @@ import duckdb
 
 from postmortem.checks.collective_alignment import call_sites, op_family
 from postmortem.checks.common import NOT_USER_SQL
-from postmortem.engine import rank_ranges
+from postmortem.ranges import rank_ranges
 
 SOURCE_ORDER = ["flight_recorder", "nccl_log", "watchdog", "detail", "profiler"]
 WINDOW = 8  # replay this many collectives before the divergence: enough to line the ranks up

@@ -1,0 +1,331 @@
+"""The pipeline behind the API: discover -> parse -> load (a staging DuckDB) -> match.
+
+``load`` reads a log directory into a run's tables: discovery's files are parsed one by one
+(big ones, chunk by chunk), small ones read whole and built many to a frame, on worker processes
+when the job is big enough to pay for them; rows reach the staging database in batches.
+``match`` runs every signature over the run on a sandboxed connection, with each finding's
+confidence fitted on known scenarios (``calibrator``), and stores the findings and the verdict.
+``postmortem.api`` is the public face of both; ``job`` builds a multi-node run and matches it
+the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import multiprocessing
+import os
+import secrets
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from . import __version__, calibration, catalog, engine, store, summary
+from . import discover as discovery
+from . import parsers as parser_package
+from . import signatures as signature_package
+from .errors import PostmortemError
+from .parsers import FILE_PARSERS
+from .parsers.source import Source
+
+log = logging.getLogger(__name__)
+
+_PARSERS = {parser.KIND: parser for parser in FILE_PARSERS}
+
+# progress(files_done, bytes_done, files_total, bytes_total, current_name)
+Progress = Callable[[int, int, int, int, str], None]
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def _file_row(source: Source) -> dict:
+    return {"path": source.name, "kind": source.kind, "rank": source.rank, "bytes": source.bytes,
+            "parser": _PARSERS[source.kind].__name__.rsplit(".", 1)[-1], "status": "parsed", "error": None}
+
+
+def _guarded(row: dict, source: Source, work: Callable[[], object]) -> object:
+    """``work()``, or None with the file marked partial: what is in a file never raises."""
+    try:
+        return work()
+    except (OSError, EOFError, ValueError, UnicodeError) as exc:
+        row["status"] = "partial"
+        source.notes.append(f"stopped reading: {type(exc).__name__}: {exc}"[:500])
+    except Exception as exc:  # a parser bug must cost one file, not the run
+        log.exception("parser %s failed on %s", row["parser"], source.name)
+        row["status"] = "partial"
+        source.notes.append(f"parser error: {type(exc).__name__}: {exc}"[:500])
+    return None
+
+
+def _finish_row(row: dict, source: Source) -> dict:
+    row["lines"] = source.lines
+    if source.notes:
+        row["error"] = "; ".join(source.notes)
+    return row
+
+
+def _parse_file(out: store.Batcher | _Collected, source: Source) -> dict:
+    """Parse one file into the staging tables; never raises for what is in the file."""
+    row = _file_row(source)
+
+    def work() -> None:
+        for table, frame in _PARSERS[source.kind].parse(source):
+            out.add(table, frame)
+
+    _guarded(row, source, work)
+    return _finish_row(row, source)
+
+
+def _batched(source: Source) -> bool:
+    """Whether the file's parser reads it on its own (``read``) and builds frames of many files
+    at once (``build``): all its files, or those it calls ``batchable``."""
+    parser = _PARSERS[source.kind]
+    return hasattr(parser, "build") and getattr(parser, "batchable", lambda _: True)(source)
+
+
+def _parse_files(out: store.Batcher | _Collected, sources: list[Source],
+                 before: Callable[[Source], None] | None = None) -> list[dict]:
+    """Parse files one by one, except those whose parser reads a file on its own (``read``) and
+    makes frames of many at once (``build``): a flight-recorder dump costs microseconds that way,
+    and a small text log a fraction of the ~40 ms that frames of its own cost. ``before(source)``
+    is called as each file is taken up."""
+    rows: list[dict] = []
+    batches: dict[str, list[tuple[dict, Source, object]]] = {}
+    for source in sources:
+        if before:
+            before(source)
+        parser = _PARSERS[source.kind]
+        if not _batched(source):
+            rows.append(_parse_file(out, source))
+            continue
+        row = _file_row(source)
+        got = _guarded(row, source, lambda: parser.read(source))  # noqa: B023 - called right here
+        if got is None:
+            rows.append(_finish_row(row, source))
+            continue
+        batch = batches.setdefault(source.kind, [])
+        batch.append((row, source, got))
+        if len(batch) >= BUILD_FILES:  # what was read waits in memory: a batch is bounded
+            rows += _build(out, batches.pop(source.kind))
+    for batch in batches.values():
+        rows += _build(out, batch)
+    return rows
+
+
+def _build(out: store.Batcher | _Collected, batch: list[tuple[dict, Source, object]]) -> list[dict]:
+    """The frames of a batch of files of one kind, read by its parser; the files' rows."""
+    try:
+        for table, frame in _PARSERS[batch[0][1].kind].build([got for _, _, got in batch]):
+            out.add(table, frame)
+    except Exception as exc:  # a parser bug: every file of the batch is short of its rows
+        log.exception("parser %s failed building %d files", batch[0][0]["parser"], len(batch))
+        for row, source, _ in batch:
+            row["status"] = "partial"
+            source.notes.append(f"parser error: {type(exc).__name__}: {exc}"[:500])
+    return [_finish_row(row, source) for row, source, _ in batch]
+
+
+PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs more than it saves
+PARALLEL_MIN_FILES = 96  # ... unless this many files are parsed one by one: each costs ~30 ms of Polars work however small
+PARALLEL_MIN_BATCHED = 2000  # ... or this many are read to be built with others (~2 ms each)
+BUILD_FILES = 256  # files read and waiting to be built together, at most, per kind
+# Files smaller than this travel to a worker in batches: a task's round trip (pickling the
+# sources and the frames, the result's wake-up) costs milliseconds, as much as parsing a small log.
+BATCH_BYTES = 4 << 20
+BATCH_FILES = 32  # ~1 s of work a task: enough tasks to keep every worker busy to the end
+
+
+class _Collected:
+    """What one file's parse yields, kept to send back from a worker process."""
+
+    def __init__(self):
+        self.frames: dict[str, list[pl.DataFrame]] = {}
+
+    def add(self, table: str, df: pl.DataFrame) -> None:
+        if df.height:
+            self.frames.setdefault(table, []).append(df)
+
+
+def _parse_in_worker(sources: list[Source]) -> tuple[list[dict], dict[str, pl.DataFrame]]:
+    collected = _Collected()
+    rows = _parse_files(collected, sources)
+    return rows, {t: pl.concat(fs, how="vertical_relaxed") for t, fs in collected.frames.items()}
+
+
+def _tasks(sources: list[Source]) -> list[list[Source]]:
+    """Largest files first, one a task; then the small ones in batches."""
+    tasks: list[list[Source]] = []
+    batch: list[Source] = []
+    batch_bytes = 0
+    for source in sorted(sources, key=lambda s: -s.bytes):
+        if source.bytes >= BATCH_BYTES:
+            tasks.append([source])
+            continue
+        batch.append(source)
+        batch_bytes += source.bytes
+        if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+            tasks.append(batch)
+            batch, batch_bytes = [], 0
+    if batch:
+        tasks.append(batch)
+    return tasks
+
+
+# What the parsing workers are started with, where the user has not set it: each worker parses
+# files of its own, so Polars' threads within one only contend with the other workers (~20% more
+# CPU); and its allocator keeps freed pages for 5 s instead of returning them at once, so the
+# next file reuses them (half the system time, which went to page faults).
+WORKER_ENVIRONMENT = {"POLARS_MAX_THREADS": "1", "_RJEM_MALLOC_CONF": "dirty_decay_ms:5000,muzzy_decay_ms:5000"}
+
+
+@contextlib.contextmanager
+def _worker_environment():
+    """Workers spawned inside see WORKER_ENVIRONMENT (only what the environment does not set)."""
+    added = [name for name in WORKER_ENVIRONMENT if name not in os.environ]
+    os.environ.update({name: WORKER_ENVIRONMENT[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progress | None) -> list[dict]:
+    """Parse every file: in this process for a small job, across all cores for a big one."""
+    sources = found.sources
+    total_files, total_bytes = len(sources), sum(s.bytes for s in sources)
+    done_files = done_bytes = 0
+    rows = []
+    workers = min(os.cpu_count() or 1, len(sources))
+    # A file read on its own and built with others of its kind costs a fraction of one parsed alone.
+    one_by_one = sum(1 for s in sources if not _batched(s))
+    small_job = (total_bytes < PARALLEL_MIN_BYTES and one_by_one < PARALLEL_MIN_FILES
+                 and len(sources) - one_by_one < PARALLEL_MIN_BATCHED)
+    if small_job or workers < 2:
+        def before(source: Source) -> None:
+            nonlocal done_files, done_bytes
+            if progress:
+                progress(done_files, done_bytes, total_files, total_bytes, source.name)
+            done_files += 1
+            done_bytes += source.bytes
+        return _parse_files(out, sources, before)
+    # The workers have the cores: meanwhile DuckDB inserts what they send on one thread of its
+    # own (more would only contend with them: 828k rows, 2.1 -> 1.2 s of CPU).
+    out.con.execute("SET threads = 1")
+    try:
+        # Spawned, not forked: a fork would copy Polars' and DuckDB's thread pools mid-use.
+        with _worker_environment(), ProcessPoolExecutor(
+                max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_parse_in_worker, task): task for task in _tasks(sources)}
+            for future in as_completed(futures):
+                # popped: a finished future keeps its result, every parsed frame of the job otherwise
+                task = futures.pop(future)
+                task_rows, frames = future.result()
+                for table, frame in frames.items():
+                    out.add(table, frame)
+                rows += task_rows
+                done_files += len(task)
+                done_bytes += sum(s.bytes for s in task)
+                if progress:
+                    progress(done_files, done_bytes, total_files, total_bytes, task[-1].name)
+    finally:
+        out.con.execute("RESET threads")
+    return rows
+
+
+def load(
+    path: str | Path,
+    progress: Progress | None = None,
+    limits: discovery.Limits = discovery.Limits(),
+    labels: dict[str, str] | None = None,
+) -> tuple[duckdb.DuckDBPyConnection, str, discovery.Discovery]:
+    """Discover and parse a log directory into a new staging database (nothing matched yet)."""
+    found = discovery.discover(Path(path), limits)
+    con = store.staging()
+    run_id = new_run_id()
+    out = store.Batcher(con, run_id)
+    rows = list(found.skipped) + _parse_all(found, out, progress)
+    out.flush()
+    if progress:
+        total = sum(s.bytes for s in found.sources)
+        progress(len(found.sources), total, len(found.sources), total, "")
+    if not found.sources:
+        archives = [s["path"] for s in found.skipped if s["kind"] == "archive"]
+        raise PostmortemError(
+            f"Nothing readable in {found.root}: {len(found.skipped)} file(s), none of them a log this tool reads"
+            + (f"; {archives[0]} is an archive: unpack it and analyze the directory." if archives else ".")
+        )
+    store.append(con, "files", run_id, summary.files_frame(rows))
+    summary.attribute_ranks_by_pid(con, run_id)
+    summary.ranks_from_local_ranks(con, run_id)
+    summary.refine_untimed(con, run_id)
+    store.append(con, "runs", run_id, summary.runs_frame(summary.run_facts(con, run_id, found, labels)))
+    return con, run_id, found
+
+
+@functools.lru_cache(maxsize=8)
+def analyzer_digest(signatures: Path | None = None) -> str:
+    """What a verdict depends on besides the input: this postmortem's code, schema and
+    signatures, and the user's signature files."""
+    roots = [Path(__file__).parent, Path(parser_package.__file__).parent, Path(signature_package.__file__).parent]
+    files = sorted(f for root in roots for f in root.rglob("*") if f.suffix in (".py", ".toml", ".sql", ".json"))
+    if signatures is not None and Path(signatures).is_dir():
+        files += sorted(Path(signatures).glob("*.toml"))
+    digest = hashlib.sha256(__version__.encode())
+    for f in files:
+        digest.update(f.name.encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def run_fingerprint(found: discovery.Discovery, signatures: str | Path | None = None) -> str:
+    """The input files (names, sizes, mtimes) and the analyzer: equal fingerprints, equal reports."""
+    both = f"{found.fingerprint}:{analyzer_digest(Path(signatures) if signatures else None)}"
+    return hashlib.sha256(both.encode()).hexdigest()[:16]
+
+
+def match(con: duckdb.DuckDBPyConnection, run_id: str, signatures: str | Path | None = None,
+          fail_on: str = "error") -> list[engine.Finding]:
+    """Every signature over the run (the user's ``signatures`` directory too), on a connection
+    that sees the run's tables and nothing else; the findings and the verdict are stored."""
+    sigs, broken = catalog.load_all(Path(signatures) if signatures else None)
+    store.sandbox(con)  # signature SQL (the user's too) sees the run's tables and nothing else
+    findings = engine.match(con, run_id, sigs, broken, calibrate=calibrator(con, run_id, sigs))
+    for origin, why in broken:
+        log.warning("signature %s skipped: %s", origin, why)
+    store.append(con, "findings", run_id, summary.findings_frame([f.row() for f in findings]))
+    top = engine.verdict(findings)
+    con.execute("UPDATE runs SET verdict = ?, exit_status = ? WHERE run_id = ?",
+                [top.signature if top else None, exit_status([f.severity for f in findings], fail_on), run_id])
+    return findings
+
+
+def exit_status(severities: list[str], fail_on: str = "error") -> int:
+    """DESIGN.md's exit codes: 1 when a finding is at least ``fail_on`` severe, else 0."""
+    if fail_on not in catalog.SEVERITIES:
+        raise PostmortemError(f"--fail-on must be one of {', '.join(catalog.SEVERITIES)}, not {fail_on!r}.")
+    threshold = catalog.SEVERITIES.index(fail_on)
+    return int(any(catalog.SEVERITIES.index(s) >= threshold for s in severities if s in catalog.SEVERITIES))
+
+
+def calibrator(con: duckdb.DuckDBPyConnection, run_id: str, sigs: list[catalog.Signature]):
+    """Sets a finding's evidence kind and its confidence fitted on known scenarios (calibration.py)."""
+    kind_of = dict(con.execute("SELECT path, kind FROM files WHERE run_id = ? AND status = 'parsed'",
+                               [run_id]).fetchall())
+    table = calibration.load()
+    builtin = {s.id for s in sigs if s.origin == "built-in"}
+
+    def calibrate(finding: engine.Finding) -> None:
+        finding.evidence_kind = calibration.evidence_kind((e["file"] for e in finding.evidence), kind_of,
+                                                          any(e["rank"] is not None for e in finding.evidence))
+        if finding.signature in builtin:  # a user's signature of the same id is not what was fitted
+            finding.confidence = calibration.fitted(table, finding.signature, finding.evidence_kind,
+                                                    finding.confidence)
+    return calibrate
