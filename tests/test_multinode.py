@@ -185,6 +185,26 @@ def test_a_hang_split_across_four_nodes_still_names_the_rank_that_never_came(nam
     assert _verdict(report) == _want(name)
 
 
+# Hang samples of two ranks: fanned out to 8 ranks on 4 nodes by benchmarks/synth.py (the real
+# run's lines, ids rewritten; each node folder holds its ranks' logs, console and dumps).
+TWO_RANK_HANGS = [n for n in MULTI_RANK if _expected(n).get("root_cause") == "collective-hang"
+                  and len(_ranks_of(sample_dir(n))) < 4]
+
+
+@pytest.mark.parametrize("name", TWO_RANK_HANGS)
+def test_a_hang_fanned_out_to_four_nodes_gets_the_verdict_of_its_whole_folder(name, tmp_path):
+    from .test_synth import synth
+
+    job = synth.synthesize(sample_dir(name), tmp_path / "job", ranks=8, per_node=2, pad_mb=0, seed=7)
+    nodes = sorted(p.name for p in job.iterdir() if p.is_dir())
+    assert len(nodes) == 4
+    ingest_job(job, tmp_path / "pq", "job-4", nodes)
+    report = api.analyze_job(tmp_path / "pq", "job-4", keep=False)
+    whole = api.analyze(job, keep=False)
+    assert _verdict(report) == _verdict(whole) == _want(name), (report["verdict"], whole["verdict"])
+    assert report["missing"]["ranks"] == [] and report["missing"]["nodes"] == []
+
+
 SKEWED = [n for n in MULTI_RANK if _expected(n).get("root_cause") in CRASH_OR_HANG]
 
 
