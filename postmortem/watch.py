@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from postmortem import api, summary
+from postmortem import api, processes, summary
 from postmortem.errors import PostmortemError
 from postmortem.parsers import pyspy as pyspy_parser
 from postmortem.parsers.source import Source
@@ -120,85 +120,26 @@ def ranks_of(pids: Iterable[int]) -> dict[int, int]:
     (a rank's DataLoader workers and compile workers inherit its RANK)."""
     ranked = {}
     for pid in pids:
-        value = rerun._environ(pid).get("RANK", "")
+        value = processes.environ(pid).get("RANK", "")
         if value.isdigit():
             ranked[pid] = int(value)
     by_rank: dict[int, int] = {}
     for pid, rank in sorted(ranked.items()):
-        parent = (rerun._stat(pid) or (0,))[0]
+        parent = (processes.stat(pid) or (0,))[0]
         if ranked.get(parent) != rank:
             by_rank.setdefault(rank, pid)
     return by_rank
 
 
-def _all_pids() -> list[int]:
-    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
-
-
 def ranks_writing_into(directory: Path) -> dict[int, int]:
     """rank -> pid of the processes that carry RANK and write a file under ``directory``."""
     me = os.getpid()
-    candidates = [pid for pid in _all_pids() if pid != me and any(
+    candidates = [pid for pid in processes.all_pids() if pid != me and any(
         f.is_relative_to(directory) for f in written_files(pid, directory))]
     return ranks_of(candidates)
 
 
-class Tree:
-    """The processes of a job: its roots, their descendants, and (a started job) every process
-    carrying its token, since torchrun puts each worker in a session of its own."""
-
-    def __init__(self, roots: Iterable[int], token: str | None = None):
-        self.roots, self.token = list(roots), token
-        self.seen: dict[int, int] = {}  # pid -> start time: a reused pid is not ours
-
-    def scan(self) -> dict[int, int]:
-        stats = {}
-        children: dict[int, list[int]] = {}
-        for pid in _all_pids():
-            st = rerun._stat(pid)
-            if st is None or st[1] in ("Z", "X"):
-                continue
-            stats[pid] = st
-            children.setdefault(st[0], []).append(pid)
-        found: set[int] = set()
-        stack = [p for p in self.roots if p in stats] + [p for p in self.seen if p in stats]
-        while stack:
-            pid = stack.pop()
-            if pid not in found and (pid not in self.seen or self.seen[pid] == stats[pid][2]):
-                found.add(pid)
-                stack += children.get(pid, [])
-        if self.token:
-            marker = f"{rerun.TOKEN_VARIABLE}={self.token}".encode()
-            for pid in stats.keys() - found - {os.getpid()}:
-                try:
-                    with open(f"/proc/{pid}/environ", "rb") as f:
-                        if marker in f.read():
-                            found.add(pid)
-                except OSError:
-                    pass
-        now = {pid: stats[pid][2] for pid in found}
-        self.seen.update(now)
-        return now
-
-    def alive(self) -> dict[int, int]:
-        return {pid: start for pid, start in {**self.seen, **self.scan()}.items() if rerun._alive(pid, start)}
-
-    def signal(self, sig: int) -> None:
-        for pid in self.alive():
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-
-    def reap(self) -> None:
-        for pid in list(self.seen):
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-
-
-def stop(tree: Tree, grace_s: float) -> list[int]:
+def stop(tree: processes.JobProcesses, grace_s: float) -> list[int]:
     """SIGTERM every process of the job (torchrun passes it on to its workers too), SIGKILL what is
     left after ``grace_s``, and wait for the kernel to finish them: the pids that survived."""
     tree.signal(signal.SIGTERM)
@@ -342,7 +283,7 @@ def ask_flight_recorder(ranks: Mapping[int, int], default_prefix: Path | None) -
     the pipes written to. A rank without one (gloo, monitoring off) is left alone."""
     asked = []
     for rank, pid in ranks.items():
-        prefix = rerun._environ(pid).get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") or (
+        prefix = processes.environ(pid).get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") or (
             str(default_prefix) if default_prefix else "")
         if not prefix:
             continue
@@ -413,9 +354,9 @@ def check_options(options: Options) -> None:
 class Watcher:
     """One watch: the job's processes, its ranks' progress, and what it found."""
 
-    def __init__(self, options: Options, out: Path, tree: Tree, find_ranks: Callable[[], dict[int, int]],
-                 log_dir: Path | None, emit: Callable[[dict], None], note: Callable[[str], None],
-                 command: list[str] | None = None):
+    def __init__(self, options: Options, out: Path, tree: processes.JobProcesses,
+                 find_ranks: Callable[[], dict[int, int]], log_dir: Path | None,
+                 emit: Callable[[dict], None], note: Callable[[str], None], command: list[str] | None = None):
         self.options, self.out, self.tree, self.find_ranks = options, out, tree, find_ranks
         self.log_dir, self.emit, self.note, self.command = log_dir, emit, note, command
         self.ranks: dict[int, RankProgress] = {}
@@ -445,7 +386,7 @@ class Watcher:
         (LOCAL_WORLD_SIZE), read once."""
         if self.expected is None:
             for p in self.ranks.values():
-                value = rerun._environ(p.pid).get("LOCAL_WORLD_SIZE", "")
+                value = processes.environ(p.pid).get("LOCAL_WORLD_SIZE", "")
                 if value.isdigit():
                     self.expected = int(value)
                     break
@@ -570,7 +511,7 @@ def watch_command(argv: list[str], options: Options, out: Path | None = None,
     token = secrets.token_hex(8)
     env, chosen = rerun.instrument_env(out, os.environ, token=token)
     env.setdefault("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(out / FR_PIPE_PREFIX))
-    was_subreaper = rerun._subreaper(True)
+    was_subreaper = processes.subreaper(True)
     t0 = time.monotonic()
     # The job writes its console to the file itself: it outlives a watch that stops (--action dump).
     try:
@@ -582,7 +523,7 @@ def watch_command(argv: list[str], options: Options, out: Path | None = None,
                 raise PostmortemError(f"No such command: {argv[0]}.") from exc
             except PermissionError as exc:
                 raise PostmortemError(f"Cannot run {argv[0]}: {exc.strerror}.") from exc
-        tree = Tree([proc.pid], token)
+        tree = processes.JobProcesses([proc.pid], token)
         watcher = Watcher(options, out, tree, lambda: ranks_of(tree.alive()), out / "logs", emit, note, argv)
         tail = _Tail(out / "console.log", echo)
         ended, killed = _loop(watcher, tree, lambda: proc.poll() is not None, tail, options)
@@ -594,7 +535,7 @@ def watch_command(argv: list[str], options: Options, out: Path | None = None,
         tail.poll()
     finally:
         if not was_subreaper:
-            rerun._subreaper(False)
+            processes.subreaper(False)
     exit_code = proc.returncode if ended != "watching_stopped" else None
     report = None
     if ended == "exited" and exit_code and not watcher.stalls:  # it failed on its own: say why, as rerun would
@@ -644,8 +585,8 @@ def watch_directory(directory: Path, options: Options, pids: list[int] | None = 
         raise PostmortemError(f"No running process with RANK in its environment writes into {directory}; "
                               "give the ranks' pids with --pids.")
     roots = sorted(set(found.values()) | {parent for pid in found.values()
-                                          if (parent := (rerun._stat(pid) or (0,))[0]) and is_launcher(parent)})
-    tree = Tree(roots)
+                                          if (parent := (processes.stat(pid) or (0,))[0]) and is_launcher(parent)})
+    tree = processes.JobProcesses(roots)
     tree.scan()
     out = directory / "postmortem-watch"
     watcher = _AttachedWatcher(options, out, tree, find, directory, emit, note)
@@ -760,7 +701,7 @@ class _AttachedWatcher(Watcher):
 
     def world_size(self) -> int | None:
         for p in self.ranks.values():
-            value = rerun._environ(p.pid).get("WORLD_SIZE", "")
+            value = processes.environ(p.pid).get("WORLD_SIZE", "")
             if value.isdigit():
                 return int(value)
         return None
@@ -835,7 +776,7 @@ class _AttachedWatcher(Watcher):
         return {"answered": answered, "silent": silent, "ranks_not_dumped": missing, "world_size": world}
 
 
-def _loop(watcher: Watcher, tree: Tree, finished: Callable[[], bool], tail: _Tail | None,
+def _loop(watcher: Watcher, tree: processes.JobProcesses, finished: Callable[[], bool], tail: _Tail | None,
           options: Options) -> tuple[str, dict | None]:
     """Look every interval until the job ends or a stall's action ends the watch:
     (how it ended: exited, killed, watching_stopped, interrupted; the kill's outcome)."""

@@ -18,7 +18,6 @@ torch is not imported here; it runs in the user's job.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import logging
 import os
@@ -35,14 +34,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from postmortem import api
+from postmortem import api, processes
 from postmortem.errors import PostmortemError
+from postmortem.processes import TOKEN_VARIABLE
 from postmortem.ranges import rank_ranges
 
 log = logging.getLogger(__name__)
 
 SCHEMA = "postmortem.rerun/1"
-TOKEN_VARIABLE = "POSTMORTEM_RERUN"
 # What a rerun turns on; a value the user already has in the environment wins.
 INSTRUMENTS = {
     "TORCH_LOGS": "dynamo,recompiles,graph_breaks",  # INFO dynamo (compile starts/ends) + the two the signatures read
@@ -135,111 +134,12 @@ def _is_torchrun(argv: list[str]) -> bool:
 # ---- processes -------------------------------------------------------------------------------------
 
 
-def _stat(pid: int) -> tuple[int, str, int] | None:
-    """(ppid, state, start time in clock ticks) from /proc, or None when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    fields = text.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
-    return int(fields[1]), fields[0], int(fields[19])
-
-
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
-def _alive(pid: int, start: int) -> bool:
-    st = _stat(pid)
-    return st is not None and st[2] == start and st[1] not in ("Z", "X")
-
-
-class Job:
-    """The processes of one rerun: its root and everything carrying its token or descending from it."""
-
-    def __init__(self, root: int, token: str):
-        self.root, self.token = root, token
-        self.seen: dict[int, int] = {}  # pid -> start time (a reused pid is not ours)
-
-    def scan(self) -> dict[int, int]:
-        """Live processes of the job now (and remember them)."""
-        marker = f"{TOKEN_VARIABLE}={self.token}".encode()
-        children: dict[int, list[int]] = {}
-        stats = {}
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            pid = int(name)
-            st = _stat(pid)
-            if st is None or st[1] in ("Z", "X"):
-                continue
-            stats[pid] = st
-            children.setdefault(st[0], []).append(pid)
-        found = set()
-        stack = [self.root] if self.root in stats else []
-        while stack:
-            pid = stack.pop()
-            if pid not in found:
-                found.add(pid)
-                stack += children.get(pid, [])
-        for pid in stats:
-            if pid not in found and pid != os.getpid():
-                try:
-                    with open(f"/proc/{pid}/environ", "rb") as f:
-                        if marker in f.read():
-                            found.add(pid)
-                except OSError:
-                    pass
-        now = {pid: stats[pid][2] for pid in found}
-        self.seen.update(now)
-        return now
-
-    def alive(self) -> dict[int, int]:
-        return {pid: start for pid, start in {**self.seen, **self.scan()}.items() if _alive(pid, start)}
-
-    def signal(self, sig: int, pids: Mapping[int, int]) -> None:
-        for pid, start in pids.items():
-            if _alive(pid, start):
-                try:
-                    os.kill(pid, sig)
-                except OSError:
-                    pass
-
-    def reap(self) -> None:
-        """Collect the exit status of every job process that became our child (we are its subreaper)."""
-        for pid in list(self.seen):
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-
-
-def _subreaper(on: bool) -> bool:
-    """Make this process the subreaper of its descendants (Linux): orphaned workers come back to
-    us to be reaped, rather than to init. Returns the previous setting."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        previous = ctypes.c_int(0)
-        libc.prctl(37, ctypes.byref(previous), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
-        libc.prctl(36, int(on), 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-        return bool(previous.value)
-    except (OSError, AttributeError):
-        return False
-
-
 def pyspy_exe() -> str | None:
     """py-spy on PATH, or installed beside this Python (a venv whose bin/ is not on PATH)."""
     return shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
 
 
-def _pyspy_dumps(job: Job, out: Path, budget_s: float) -> list[str]:
+def _pyspy_dumps(job: processes.JobProcesses, out: Path, budget_s: float) -> list[str]:
     """py-spy dump of each rank's main Python process (ranks from RANK in its environment; the
     job's Python processes by pid when none has a rank). Bounded by ``budget_s`` in all."""
     exe = pyspy_exe()
@@ -254,11 +154,11 @@ def _pyspy_dumps(job: Job, out: Path, budget_s: float) -> list[str]:
         except OSError:
             continue
         if argv0.startswith("python") or argv0 in ("torchrun", "pt_main_thread"):
-            procs[pid] = _environ(pid).get("RANK")
+            procs[pid] = processes.environ(pid).get("RANK")
     ranked = {pid: r for pid, r in procs.items() if r is not None and r.isdigit()}
     # A rank's DataLoader workers inherit its RANK: keep the topmost process of each rank.
     targets = {pid: f"rank{r}" for pid, r in ranked.items()
-               if ranked.get((_stat(pid) or (0,))[0]) != r} if ranked else {pid: f"pid{pid}" for pid in procs}
+               if ranked.get((processes.stat(pid) or (0,))[0]) != r} if ranked else {pid: f"pid{pid}" for pid in procs}
     written = []
     end = time.monotonic() + budget_s
     (out / "pyspy").mkdir(exist_ok=True)
@@ -284,7 +184,7 @@ def execute(argv: list[str], out: Path, env: Mapping[str, str], timeout_s: float
     ``timeout_s`` (py-spy dumps, SIGTERM, SIGKILL at ``timeout_s + grace_s``) and reap it all."""
     token = token or env.get(TOKEN_VARIABLE) or secrets.token_hex(8)
     env = {**env, TOKEN_VARIABLE: token}
-    was_subreaper = _subreaper(True)
+    was_subreaper = processes.subreaper(True)
     t0 = time.monotonic()
     try:
         with open(out / "console.log", "wb") as console:
@@ -295,7 +195,7 @@ def execute(argv: list[str], out: Path, env: Mapping[str, str], timeout_s: float
                 raise PostmortemError(f"No such command: {argv[0]}.") from exc
             except PermissionError as exc:
                 raise PostmortemError(f"Cannot run {argv[0]}: {exc.strerror}.") from exc
-            job = Job(proc.pid, token)
+            job = processes.JobProcesses([proc.pid], token)
             tee = threading.Thread(target=_tee, args=(proc.stdout, console, echo), daemon=True)
             tee.start()
             outcome = Outcome(ended=_wait(proc, job, t0 + timeout_s), exit_code=None, seconds=0.0)
@@ -317,14 +217,14 @@ def execute(argv: list[str], out: Path, env: Mapping[str, str], timeout_s: float
             tee.join(timeout=2.0)
     finally:
         if not was_subreaper:
-            _subreaper(False)
+            processes.subreaper(False)
     outcome.exit_code = proc.returncode
     outcome.seconds = round(time.monotonic() - t0, 1)
     outcome.pids = sorted(job.seen)
     return outcome
 
 
-def _wait(proc: subprocess.Popen, job: Job, deadline: float) -> str:
+def _wait(proc: subprocess.Popen, job: processes.JobProcesses, deadline: float) -> str:
     """Wait for the command to exit, noting the job's processes as they come: exited, timeout or interrupted."""
     next_scan = 0.0
     try:
@@ -341,7 +241,7 @@ def _wait(proc: subprocess.Popen, job: Job, deadline: float) -> str:
     return "exited"
 
 
-def _stop(job: Job, proc: subprocess.Popen, hard_end: float) -> None:
+def _stop(job: processes.JobProcesses, proc: subprocess.Popen, hard_end: float) -> None:
     """SIGTERM the command's process group (torchrun passes it on to its workers), then every
     process of the job halfway to ``hard_end``, then SIGKILL whatever is left just before it."""
     try:
