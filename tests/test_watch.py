@@ -149,7 +149,7 @@ def test_started_job_names_the_blocked_rank_and_its_line_within_45s_and_kill_lea
 
 @pytest.mark.parametrize(("nproc", "how", "where"), [(8, "lock", "lock.acquire()"),
                                                      (4, "sleep", "time.sleep(1)"),
-                                                     (4, "spin", "residual = (residual")])
+                                                     (4, "spin", "residual := (residual")])
 def test_a_rank_blocked_on_a_lock_in_a_sleep_loop_or_computing_forever_is_named_with_its_line(
         tmp_path, nproc, how, where):
     script = _job_script(tmp_path)
