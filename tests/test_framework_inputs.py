@@ -115,6 +115,40 @@ def test_hf_console_alone_names_the_nan_grad_norms_but_no_rank(sample, tmp_path)
     assert report["verdict"]["culprit_ranks"] == []
 
 
+def test_accelerate_launch_rank_exception_names_the_raising_rank_and_its_line(report_of, sample):
+    """accelerate launch --multi_gpu on CPU: one console, accelerate's defaults warning first, the
+    ranks' [rankN]: tracebacks, then accelerate's own traceback (ChildFailedError) and torch
+    elastic's failure table. Rank 1 raised; rank 0's gloo error and SIGTERM are its consequences."""
+    report = report_of("hf_trainer_rank_exception_accelerate")
+    expected = json.loads((sample("hf_trainer_rank_exception_accelerate") / "expected.json").read_text())
+    assert report["verdict"]["signature"] == "rank-crash"
+    assert report["verdict"]["culprit_ranks"] == [1]
+    assert report["verdict"]["user_line"].endswith("/" + expected["user_line"])
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert ranks[1]["exit_code"] == 1 and not ranks[1]["consequence"]
+    # the failure table's exit codes are read under accelerate's traceback
+    assert ranks[0]["consequence"] and ranks[0]["exit_code"] == -15 and ranks[0]["signal"] == "SIGTERM"
+
+
+def test_accelerate_launchers_own_traceback_is_no_ranks_error(report_of, sample):
+    """accelerate launch's own traceback (multi_gpu_launcher -> ChildFailedError), unprefixed, in
+    the same console as the ranks' [rankN]: tracebacks: it is the launcher's, so no rank ends with
+    it and no rank is made up for it."""
+    console = (sample("hf_trainer_rank_exception_accelerate") / "console.log").read_text().splitlines()
+    at = next(i for i, line in enumerate(console) if line.startswith("Traceback (most recent call last):"))
+    assert any("ChildFailedError" in line for line in console[at:])
+    report = report_of("hf_trainer_rank_exception_accelerate")
+    assert all("ChildFailedError" not in json.dumps(r) for r in report["ranks"])
+    assert report["ranks_seen"] == [0, 1] and report["world_size"] == 2
+
+
+def test_accelerate_launch_non_finite_loss_is_found_at_step_4_naming_no_rank(report_of):
+    report = report_of("hf_trainer_non_finite_loss_accelerate")
+    assert report["verdict"]["signature"] == "non-finite-loss"
+    assert "at step 4" in _finding(report, "non-finite-loss")["summary"]
+    assert report["verdict"]["culprit_ranks"] == []
+
+
 def test_a_rank_prefix_glued_to_a_progress_bar_makes_the_console_mixed(sample):
     """Line 1 starts with [rank1]:, line 2 has rank 0's warning glued to tqdm's bar: the file is
     not rank 1's (it was, and every log dict of rank 0 was blamed on rank 1)."""

@@ -1359,13 +1359,25 @@ Lightning's own launcher re-runs the script for rank 1, both write one console, 
 writes `out/lightning_logs/version_0/metrics.csv`), `generate/frameworks/hf_trainer_train.py` (a
 tiny MLP trained by `transformers.Trainer` with `logging_steps=1`, two CPU processes under
 `torchrun --nproc-per-node 2` with no `--log-dir`; `trainer.save_state()` writes
-`out/trainer_state.json`; `accelerate launch --cpu` starts one process whatever
-`--num_processes` says, its multi-CPU mode needing MPI) and, on one H200,
+`out/trainer_state.json`) and, on one H200,
 `generate/frameworks/lightning_leak_cuda.py` (Lightning's `DeviceStatsMonitor` logging
 `torch.cuda.memory_stats()` into metrics.csv, `nvidia-smi --query-gpu --format=csv` beside it).
 They ran in their own venv (torch 2.13.0, lightning, transformers, accelerate); each run's
 stdout and stderr are `console.log` as a terminal shows them, nothing edited; the planted line
 follows a `# PLANTED(<scenario>)` comment; make_samples.py writes `expected.json`.
+
+A folder named `hf_trainer_<scenario>_accelerate` is an HF Trainer plant run by `accelerate
+launch` itself (`launch_command` in its expected.json: `accelerate launch --multi_gpu
+--num_processes 2 --main_process_port 0 hf_trainer_train.py ...`, no accelerate config file, so
+the console opens with accelerate's list of the defaults it took). On this CPU-only machine
+`--cpu` (or a config file's `distributed_type: MULTI_CPU`) starts one process whatever
+`--num_processes` says (accelerate's multi-CPU mode goes through mpirun, `--mpirun_hostfile`);
+`--multi_gpu` hands the two processes to `torch.distributed.run` without `--log-dir`/`--tee`
+(one console, ranks' lines unprefixed but for torch's own `[rank<r>]:`), and the Trainer's
+`use_cpu=True` runs them on the CPU over gloo. A failed run's console ends with accelerate
+launch's own traceback (`multi_gpu_launcher` -> `ChildFailedError`) and torch elastic's failure
+table. (The Trainer's `ddp_timeout` is not passed to the process group when `use_cpu=True` in
+transformers 5.24, so a hang there waits torch's 30-minute default: no hang sample yet.)
 
 | scenario | planted | ran on | how it ended | root cause (culprit) | regenerate |
 | --- | --- | --- | --- | --- | --- |

@@ -1,10 +1,10 @@
-"""A small Hugging Face ``Trainer`` run on CPU (2 processes under ``torchrun``) that plants one failure.
+"""A small Hugging Face ``Trainer`` run on CPU (2 processes: torchrun or accelerate launch) that plants one failure.
 
     torchrun --nproc-per-node 2 sample_logs/generate/frameworks/hf_trainer_train.py \\
         --scenario hf_trainer_non_finite_loss --out DIR
 
-(``accelerate launch --cpu`` starts one process whatever ``--num_processes`` says: its multi-CPU
-mode needs MPI, so torchrun starts the two ranks; the Trainer runs on accelerate either way.)
+(or ``accelerate launch --multi_gpu --num_processes 2 ...``: make_samples.py has the command and
+why ``--cpu``, which starts one process whatever ``--num_processes`` says, is not it.)
 
 A tiny regression MLP (no model or data set is downloaded) trained by ``Trainer`` with its
 defaults (``logging_nan_inf_filter=True``, ``max_grad_norm=1.0``) and ``logging_steps=1``; the
@@ -63,15 +63,35 @@ class Collator:
         return batch
 
 
+class CheckedRegressor(Regressor):
+    """The model with a check of each training batch (one training forward per optimizer step:
+    no accumulation), as a user adds one."""
+
+    def __init__(self, scenario, rank):
+        super().__init__()
+        self.scenario, self.rank, self.steps = scenario, rank, 0
+
+    def forward(self, x, labels=None):
+        if self.training:
+            self.steps += 1
+            self.check_batch(x)
+        return super().forward(x, labels)
+
+    def check_batch(self, x):
+        if self.scenario == "hf_trainer_rank_exception" and self.rank == 1 and self.steps == FAIL_STEP:
+            # PLANTED(hf_trainer_rank_exception): rank 1 rejects its batch
+            raise ValueError(f"bad batch at step {self.steps}: features shape {tuple(x.shape)} has NaN rows")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--scenario", required=True, choices=["hf_trainer_non_finite_loss"])
+    ap.add_argument("--scenario", required=True, choices=["hf_trainer_non_finite_loss", "hf_trainer_rank_exception"])
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     args = TrainingArguments(output_dir=a.out, max_steps=10, logging_steps=1, per_device_train_batch_size=32,
                              learning_rate=0.01, save_strategy="no", report_to=[], use_cpu=True,
                              dataloader_num_workers=0, seed=0)
-    trainer = Trainer(model=Regressor(), args=args, train_dataset=Points(),
+    trainer = Trainer(model=CheckedRegressor(a.scenario, args.process_index), args=args, train_dataset=Points(),
                       data_collator=Collator(a.scenario, args.process_index))
     trainer.train()
     trainer.save_state()

@@ -8,7 +8,10 @@ Each scenario's launcher runs from the repository root with ``OMP_NUM_THREADS=1`
 stderr go to ``<scenario>/console.log`` as one terminal would show them, and the framework writes
 its own files under ``<scenario>/out/``. Nothing is edited afterwards. ``expected.json`` holds the
 verdict a correct analyzer should reach, the planted line (found from its ``# PLANTED(<scenario>)``
-comment, never typed in), how the run ended and what really happened (``note``).
+comment, never typed in), how the run ended and what really happened (``note``). A launcher
+variant (``plants``: the scenario whose plant it runs, e.g. ``hf_trainer_rank_exception`` for
+``hf_trainer_rank_exception_accelerate``) runs that plant under another launcher (``accelerate
+launch``) and records the command it ran (``launch_command``).
 """
 
 import argparse
@@ -27,6 +30,16 @@ REPO = HERE.parents[2]
 LIGHTNING = HERE / "lightning_train.py"
 HF = HERE / "hf_trainer_train.py"
 LEAK_CUDA = HERE / "lightning_leak_cuda.py"
+# ``accelerate launch`` as a user types it for two processes on one machine. ``--cpu`` (or a config
+# file's ``distributed_type: MULTI_CPU``) would start one process whatever --num_processes says (its
+# multi-CPU mode goes through mpirun, --mpirun_hostfile); --multi_gpu hands the two processes to
+# torch.distributed.run, and the Trainer's use_cpu=True runs them on the CPU over gloo. No config
+# file: accelerate prints the defaults it took. --main_process_port 0: a free port.
+ACCELERATE = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or "accelerate"
+ACCELERATE_LAUNCH = [ACCELERATE, "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port", "0"]
+ACCELERATE_WORDS = ("accelerate launch --multi_gpu --num_processes 2 --main_process_port 0 (no config file; "
+                    "accelerate hands the two processes to torch.distributed.run, no --log-dir: one console), "
+                    "HF Trainer with use_cpu=True (gloo)")
 # nvidia-smi's own CSV log of the GPU beside a CUDA run (as a job's monitor keeps one)
 NVIDIA_SMI = ["nvidia-smi", "--query-gpu=timestamp,index,memory.used,memory.total", "--format=csv", "-lms", "100"]
 
@@ -63,6 +76,32 @@ SCENARIOS = {
                  "finite at step 4 and is 0 from step 5 on, while grad_norm is nan from step 4 to the end, in the "
                  "console's log dicts (printed as strings by transformers 5) and in trainer_state.json's log_history. Both are rank "
                  "0's view of all-reduced figures, so no culprit is expected; exit 0."),
+    },
+    "hf_trainer_rank_exception_accelerate": {
+        "script": HF, "plants": "hf_trainer_rank_exception",
+        "cmd": [*ACCELERATE_LAUNCH, str(HF)],
+        "launcher": ACCELERATE_WORDS,
+        "planted": "step 4: rank 1 raises ValueError in CheckedRegressor.check_batch (its training forward)",
+        "root_cause": "rank-crash", "culprit_ranks": [1], "user_line_is_planted": True,
+        "note": ("As planned: accelerate prints the defaults it took (no config file), then both ranks' lines share one "
+                 "console: rank 1's ValueError traceback (torch prefixes it [rank1]:) ends in check_batch, under the "
+                 "DDP forward of the Trainer's compute_loss; rank 0's accelerator.backward (the gradient all-reduce) "
+                 "fails with gloo's 'Connection closed by peer' after it; torch.distributed.elastic SIGTERMs rank 0 "
+                 "(exitcode -15) and names rank 1 (exitcode 1) first observed in its failure table, printed after "
+                 "accelerate launch's own traceback (multi_gpu_launcher -> distrib_run.run -> ChildFailedError, no "
+                 "rank prefix: the launcher's, not a rank's); error_file <N/A> (no @record); launcher exit 1. Only the "
+                 "c10d warnings and the elastic agent's lines carry timestamps."),
+    },
+    "hf_trainer_non_finite_loss_accelerate": {
+        "script": HF, "plants": "hf_trainer_non_finite_loss",
+        "cmd": [*ACCELERATE_LAUNCH, str(HF)],
+        "launcher": ACCELERATE_WORDS,
+        "planted": "step 4: a corrupt record: one NaN feature in rank 1's batch (Collator.corrupt); training goes on",
+        "root_cause": "non-finite-loss", "culprit_ranks": [], "user_line_is_planted": False,
+        "note": ("As hf_trainer_non_finite_loss, under accelerate launch: the logged loss stays finite at step 4 "
+                 "(logging_nan_inf_filter) and is 0 from step 5 on, while grad_norm is nan from step 4 to the end, in "
+                 "the console's log dicts and in trainer_state.json's log_history; accelerate's defaults warning heads "
+                 "the console. Rank 0's view of all-reduced figures: no culprit expected; exit 0."),
     },
     "lightning_memory_leak_cuda": {
         "script": LEAK_CUDA,
@@ -109,10 +148,14 @@ def planted_line(script: Path, name: str) -> str:
     return f"{script.name}:{at + 2}"  # the line after the marker (1-based)
 
 
+def rel_repo(path: str) -> str:
+    return os.path.relpath(path, REPO)
+
+
 def planned(name: str, spec: dict) -> dict:
     """The expected.json fields that come from the plan (the verdict, the planted line, the note),
     not from the run."""
-    planted = planted_line(spec["script"], name)
+    planted = planted_line(spec["script"], spec.get("plants", name))
     return {
         "scenario": name,
         "signatures": [spec["root_cause"]],
@@ -125,6 +168,10 @@ def planned(name: str, spec: dict) -> dict:
         "world_size": spec.get("world_size", 2),
         "planted": spec["planted"],
         "framework_launcher": spec["launcher"],
+        **({"launch_command": " ".join([Path(spec["cmd"][0]).name, *spec["cmd"][1:-1],
+                                         rel_repo(spec["cmd"][-1]), "--scenario", spec.get("plants", name),
+                                         "--out", f"sample_logs/{name}/out"])}
+           if spec.get("plants") else {}),
         "regenerate": f"python sample_logs/generate/frameworks/make_samples.py --only {name}",
         "note": spec["note"],
     }
@@ -141,7 +188,8 @@ def run(name: str, spec: dict, out_root: Path) -> None:
     folder = out_root / name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    args = [*spec["cmd"], "--scenario", name, "--out", str(folder / "out")]
+    # a launcher variant (``plants``) runs its scenario's plant under another launcher
+    args = [*spec["cmd"], "--scenario", spec.get("plants", name), "--out", str(folder / "out")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     monitor = None
     if spec.get("monitor_gpu"):
