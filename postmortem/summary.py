@@ -250,6 +250,11 @@ def rank_endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
                                 [run_id]).fetchone()[0]
     last_by_rank = {r["rank"]: r for r in last}
     error_by_rank = {r["rank"]: r for r in first_error}
+    first_observed = {r["rank"] for r in _rows(con, """
+        SELECT rank FROM events WHERE run_id = ? AND kind = 'torchrun_failure'
+          AND CAST(attrs->>'first_observed' AS BOOLEAN)""", [run_id])}
+    # Ranks whose exit in torchrun's table is a plain error code: they ended by their own failure.
+    exited_with_error = {r for r, row in table.items() if (row["exit_code"] or 0) > 0 and not row["signal"]}
     endings = []
     for rank in ranks:
         inferred, upper, victim = False, None, False
@@ -285,6 +290,11 @@ def rank_endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
             # ProcessGroupNCCL aborts its process once a collective timed out (async error handling)
             how = NCCL_ABORT
             when, evidence, victim = exit_row["ts"], exit_row, True
+        elif signal == "SIGTERM" and exited_with_error - {rank}:
+            # torchrun's agent SIGTERMs the surviving workers once one of them exits with an error;
+            # the table is all that is left of it when its "closing signal" line is not in the logs.
+            how = "SIGTERM from torchrun (torn down after another rank failed)"
+            when, evidence, victim = exit_row["ts"], exit_row, True
         elif signal:
             alive = last_by_rank.get(rank)
             how = f"{signal} with no message (killed from outside; last sign of life shown)"
@@ -305,7 +315,7 @@ def rank_endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
             "signal": signal,
             "pid": exit_row["pid"] if exit_row else None,
             "host": exit_row["host"] if exit_row else None,
-            "torchrun_first_observed": None,
+            "torchrun_first_observed": rank in first_observed if table else None,
             "evidence": _evidence(evidence),
             "first_error": _evidence(error_by_rank.get(rank)),
             "last_event": _evidence(last_by_rank.get(rank)),

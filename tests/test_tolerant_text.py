@@ -181,6 +181,24 @@ def test_an_excerpt_that_starts_inside_torchruns_failure_table_still_names_the_r
     assert row["rank"] == 0 and row["signal"] == "SIGSEGV" and row["exit_code"] == -11
 
 
+def test_a_pasted_failure_table_alone_blames_the_rank_that_exited_with_an_error_not_the_one_torn_down(
+        sample, tmp_path):
+    # What a user pastes of sample_logs/hf_trainer_rank_exception_accelerate: accelerate's traceback
+    # and torchrun's table, from the first line after the agent's "failed (exitcode: 1)". Rank 0's
+    # SIGTERM, listed first, is the agent tearing it down after rank 1 exited with 1.
+    lines = (sample("hf_trainer_rank_exception_accelerate") / "console.log").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "failed (exitcode: 1)" in line) + 1
+    (tmp_path / "pasted.txt").write_text("\n".join(lines[start:]) + "\n")
+    report = api.analyze(tmp_path / "pasted.txt", keep=False)
+    assert report["verdict"]["signature"] == "rank-crash" and report["verdict"]["culprit_ranks"] == [1]
+    ended = {r["rank"]: r for r in report["ranks"]}
+    assert ended[0]["consequence"] and ended[0]["signal"] == "SIGTERM"
+    assert ended[1]["torchrun_first_observed"] is True and ended[0]["torchrun_first_observed"] is False
+    # no traceback of rank 1 here: the verdict says where its error is, not "fix the error at unknown"
+    (crash,) = [f for f in report["findings"] if f["signature"] == "rank-crash"]
+    assert "--tee" in crash["remediation"] and "unknown" not in crash["remediation"]
+
+
 def test_a_launchers_line_naming_only_a_local_rank_gives_that_rank_its_end():
     # d_colossalai_sigkill_local_rank3_3514: "failed (exitcode: -9) local_rank: 3 (pid: ...)", no table
     report = api.analyze(REALWORLD / "d_colossalai_sigkill_local_rank3_3514", keep=False)

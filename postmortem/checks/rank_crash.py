@@ -23,6 +23,8 @@ def _case(ending: dict) -> str:
         return "sigkill"
     if ending["signal"] in _FATAL_SIGNALS:
         return "native"
+    if ending["ended"].startswith("exit "):
+        return "exit"  # an exit code and nothing of the error itself
     if "Error" in ending["ended"] or "Exception" in ending["ended"] or "exit" in ending["ended"]:
         return "exception"
     return "default"
