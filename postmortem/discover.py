@@ -220,7 +220,7 @@ class Limits:
 def discover(root: Path, limits: Limits = Limits()) -> Discovery:
     root = Path(root)
     if not root.exists():
-        raise PostmortemError(f"No such directory: {root}")
+        raise PostmortemError(f"No such file or directory: {root}")
     if root.is_file():
         # One file handed over alone (a pasted excerpt, one rank's stdout): read as if it were
         # the only file of its directory; the run names the file.

@@ -259,6 +259,8 @@ def load(
         progress(len(found.sources), total, len(found.sources), total, "")
     if not found.sources:
         archives = [s["path"] for s in found.skipped if s["kind"] == "archive"]
+        if found.skipped and all(s["kind"] == "empty" for s in found.skipped):
+            raise PostmortemError(f"Nothing to analyze in {found.root}: every file there is empty.")
         raise PostmortemError(
             f"Nothing readable in {found.root}: {len(found.skipped)} file(s), none of them a log this tool reads"
             + (f"; {archives[0]} is an archive: unpack it and analyze the directory." if archives else ".")

@@ -64,7 +64,7 @@ def test_sql_runs_show_over_history(sample, history):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["analyze", "/no/such/dir"], "No such directory"),
+        (["analyze", "/no/such/dir"], "No such file or directory"),
         (["analyze", ".", "--format", "yaml"], "--format must be one of"),
         (["show", "nope"], "No run 'nope'"),
         (["sql", "select * from no_such_table"], "SQL error"),

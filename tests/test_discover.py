@@ -75,8 +75,11 @@ def test_bad_files_are_recorded_with_a_reason_and_the_run_still_lands(copy_sampl
 
 
 def test_missing_directory_and_nothing_readable_are_one_sentence_errors(tmp_path):
-    with pytest.raises(PostmortemError, match="No such directory"):
+    with pytest.raises(PostmortemError, match="No such file or directory"):
         api.analyze(tmp_path / "nope", keep=False)
+    (tmp_path / "empty.log").write_bytes(b"")
+    with pytest.raises(PostmortemError, match="every file there is empty"):
+        api.analyze(tmp_path, keep=False)
     (tmp_path / "junk.bin").write_bytes(b"\x00\x01" * 100)
     with pytest.raises(PostmortemError, match="Nothing readable"):
         api.analyze(tmp_path, keep=False)
