@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -71,6 +72,8 @@ class Scanner:
     def __init__(self, triggers: Iterable[Trigger]):
         self.names = tuple(dict.fromkeys(t.name for t in triggers))
         self._db = None
+        # a database has one scratch space: two threads of one process (an API caller's) scan in turn
+        self._lock = threading.Lock()
         patterns = [(t.name, lit, t.caseless) for t in triggers for lit in t.literals]
         if hyperscan is not None and patterns:
             self._owner = [name for name, _, _ in patterns]
@@ -90,7 +93,8 @@ class Scanner:
         def seen(pattern: int, start: int, end: int, flags: int, context) -> None:
             found.add(self._owner[pattern])  # once per pattern: HS_FLAG_SINGLEMATCH
 
-        self._db.scan(data, match_event_handler=seen)
+        with self._lock:
+            self._db.scan(data, match_event_handler=seen)
         return frozenset(found)
 
 
