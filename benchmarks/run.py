@@ -6,7 +6,10 @@
 For each rank count it fans the scenario out (benchmarks/synth.py), then times, each in its
 own process (wall, CPU, peak RSS from wait4):
 
-- `cat` of every file to /dev/null: the floor;
+- `cat` of every file to /dev/null: the floor of reading;
+- the scan floor: postmortem's block scan for its parsers' triggers (benchmarks/scan_floor.py,
+  Hyperscan) over every file alone: reading and scanning every byte once, below which no
+  parse can go;
 - `postmortem analyze DIR --no-history` (discovery, parsing, loading, signatures, report);
 - tlparse on the TORCH_TRACE files, HTA's TraceAnalysis on the Kineto traces, and
   PyTorch's flight-recorder analyzer on the dumps — each only where the job has its input,
@@ -107,6 +110,7 @@ def bench_one(job: Path, args) -> dict:
         lst.write("\0".join(files))
         lst.flush()
         row["tools"]["cat"] = timed(["bash", "-c", f"xargs -0 cat < {lst.name} > /dev/null"])
+        row["tools"]["scan"] = timed([sys.executable, str(HERE / "scan_floor.py"), lst.name])
     verdict_file = job.parent / f"{job.name}.verdict.json"
     with open(verdict_file, "w") as out:
         row["tools"]["postmortem"] = timed([sys.executable, "-m", "postmortem", "analyze", str(job), "--no-history",
@@ -161,12 +165,16 @@ def main() -> None:
             profile_subset(job, args.job_kineto_ranks, args.job_kineto_mb)
         row = bench_one(job, args)
         row["ranks"] = n
+        row["load"] = os.getloadavg()  # other jobs on the machine: wall time is a floor, CPU time what it cost
         rows.append(row)
-        pm, floor = row["tools"]["postmortem"], row["tools"]["cat"]
+        pm, floor, scan = row["tools"]["postmortem"], row["tools"]["cat"], row["tools"]["scan"]
         mb = row["bytes"] / 2**20
-        print(f"{n:>4} ranks {mb:8.0f} MiB {row['files']:>6} files | cat {floor['wall_s']:6.2f} s | postmortem "
+        print(f"{n:>4} ranks {mb:8.0f} MiB {row['files']:>6} files | cat {floor['wall_s']:6.2f} s | scan "
+              f"{scan['wall_s']:6.2f} s wall {scan['cpu_s']:6.2f} s cpu | postmortem "
               f"{pm['wall_s']:6.2f} s wall {pm['cpu_s']:6.2f} s cpu {pm['peak_rss_mib']:7.0f} MiB rss "
-              f"{mb / max(pm['wall_s'], 1e-9):7.1f} MiB/s ({pm['wall_s'] / max(floor['wall_s'], 1e-9):.1f}x cat) | "
+              f"{mb / max(pm['wall_s'], 1e-9):7.1f} MiB/s ({pm['wall_s'] / max(floor['wall_s'], 1e-9):.1f}x cat, "
+              f"{pm['wall_s'] / max(scan['wall_s'], 1e-9):.1f}x scan; CPU {pm['cpu_s'] / max(scan['cpu_s'], 1e-9):.1f}x "
+              f"scan's) | load {row['load'][0]:.1f} | "
               f"verdict {row['verdict']}")
         for tool in ("tlparse", "hta_load", "torchfrtrace"):
             if tool in row["tools"]:
@@ -178,7 +186,8 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(job, ignore_errors=True)
     if args.json:
-        args.json.write_text(json.dumps({"machine": {"cpus": os.cpu_count()}, "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "load": os.getloadavg()}, "rows": rows},
+                                        indent=1))
 
 
 if __name__ == "__main__":

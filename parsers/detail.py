@@ -24,6 +24,7 @@ import polars as pl
 
 from postmortem.schema import conform
 
+from . import scan
 from .lines import extract_groups
 
 _FP = "CollectiveFingerPrint("
@@ -69,6 +70,7 @@ def _rows(lines: pl.DataFrame, rank: pl.Expr, fp: pl.Expr, state: str) -> pl.Dat
 
 # A chunk none of whose lines holds a fingerprint is skipped before any frame work.
 LINES = re.escape(_FP)
+TRIGGER = scan.Trigger("detail", (_FP,))
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:

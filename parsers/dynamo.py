@@ -45,6 +45,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame
 
+from . import scan
 from .lines import extract_groups, following, header_source
 from .runtime import TRACEBACK_FRAME, is_user_frame
 
@@ -661,6 +662,12 @@ def _block_rows(blocks: pl.DataFrame) -> pl.DataFrame:
 
 # Every line _dynamo_lines and _exceptions look at matches this: textlog marks them (``wanted``).
 LINES = _PREFILTER
+# A literal of each branch of _PREFILTER: "reason" stands for "reason: ", "reasons: " and "last reason: ",
+# '"File "' for a frame of explain()'s user stack, "_dynamo." for torch._dynamo.exc.
+TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "Graph break", "Recompiling function", "torch._inductor.exc.",
+                                  "Break Reason ", "function: '", "reason", "Reason: ", "User Stack:",
+                                  "<FrameSummary file ", 'File "', *(f"{e}: " for e in _DYNAMO_EXC + _INDUCTOR_EXC),
+                                  "RuntimeError: Found ", "RuntimeError: Cannot find a working triton installation"))
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:

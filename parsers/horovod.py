@@ -24,6 +24,7 @@ import polars as pl
 
 from postmortem.schema import frame
 
+from . import scan
 from .lines import following
 
 _WARNING = "were submitted to be reduced, gathered or broadcasted by subset of ranks"
@@ -32,6 +33,7 @@ _RANK = re.compile(r"^\s*(?P<rank>\d+): \[(?P<tensors>[^\]]*)\]?")
 BLOCK_LINES = 200
 
 LINES = re.escape(_WARNING)
+TRIGGER = scan.Trigger("horovod", (_WARNING,))
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:

@@ -35,6 +35,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame
 
+from . import scan
 from .lines import extract_groups, following, per_distinct
 from .runtime import oom_figures
 
@@ -258,6 +259,10 @@ def _summaries(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.Da
 
 # Every record starts on a line that matches this: textlog hands parse_lines only those as ``own``.
 LINES = _PREFILTER
+# A literal of each of _PREFILTER's branches, caseless as it is: "mem" (memory, mem_alloc, peak_mem,
+# out of memory ...), "MA " (DeepSpeed's "MA 1.2 GB"), the allocator's words, "MiB" of nvidia-smi's
+# "1234MiB / 81559MiB", and torch's "_bytes.all." counters.
+TRIGGER = scan.Trigger("memory", ("mem", "ma ", "allocated", "reserved", "cached", "mib", "_bytes.all."), caseless=True)
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:

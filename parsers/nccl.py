@@ -63,6 +63,7 @@ import polars as pl
 
 from postmortem.schema import conform, json_attrs
 
+from . import scan
 from .lines import extract_groups, header_source
 
 # The "host:pid:tid [dev] " header is NCCL's; a line pasted without it ("init.cc:1247 NCCL WARN
@@ -678,9 +679,10 @@ _PG_INIT_MARKER = "initialization options: size:"
 
 
 # A chunk none of whose lines holds one of these is skipped before any frame work.
-LINES = "|".join(re.escape(m) for m in (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS,
-                                        *_NCCL_RESULT_MARKERS, _GLOO_TIMEOUT_MARKER, _FR_NOT_JOINED_MARKER,
-                                        *_DESYNC_MARKERS))
+_MARKERS = (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS, *_NCCL_RESULT_MARKERS,
+            _GLOO_TIMEOUT_MARKER, _FR_NOT_JOINED_MARKER, *_DESYNC_MARKERS)
+LINES = "|".join(re.escape(m) for m in _MARKERS)
+TRIGGER = scan.Trigger("nccl", _MARKERS)  # the literals are the whole test
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:

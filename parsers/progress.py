@@ -21,7 +21,10 @@ import polars as pl
 
 from postmortem.schema import conform
 
+from . import scan
+
 LINES = r"\d/\d+(?:\.\d+)?[kMG]? ?\[(?:\d+:)?\d\d:\d\d<"
+TRIGGER = scan.Trigger("progress", ("<",))  # the "<" between elapsed and remaining time
 
 _BAR = (r"(?:(?<desc>[^|\r]*?):?\s*)?(?<pct>\d+)%\|[^|]*\|\s*(?<n>\d+(?:\.\d+)?[kMG]?)/(?<total>\d+(?:\.\d+)?[kMG]?)"
         r"\s*\[(?<elapsed>(?:\d+:)?\d+:\d\d)<[^,\]]*,\s*(?<rate>[\d.]+|\?)\s*(?<unit>[^\]]*?)\]")

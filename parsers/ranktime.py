@@ -36,12 +36,15 @@ import polars as pl
 
 from postmortem.schema import frame
 
+from . import scan
+
 _LIST = re.compile(r"^\s*Rank (?P<rank>\d+): (?P<ms>\d+(?:\.\d+)?) ?ms\s*$")
 _SCORE = re.compile(r"^\s*Rank=(?P<rank>\d+) (?:\w+=\S+ )*Score=(?P<score>\d+(?:\.\d+)?)\s*$")
 _VERSUS = re.compile(r"\bRank r?(?P<rank>\d+) (?P<what>[\w /-]{1,40}?) was (?P<ms>\d+(?:\.\d+)?) ?ms "
                      r"vs median rank r?(?P<median_rank>\d+) at (?P<median_ms>\d+(?:\.\d+)?) ?ms")
 
 LINES = r"\bRank r?\d+(?::| [\w /-]{1,40}? was) \d+(?:\.\d+)? ?ms\b|^\s*Rank=\d+ .*Score=\d"
+TRIGGER = scan.Trigger("ranktime", ("Rank",))  # both branches name it
 
 
 def _event(row: dict, report: str, attrs: dict) -> dict:

@@ -27,6 +27,7 @@ import polars as pl
 
 from postmortem.schema import conform, frame, json_attrs
 
+from . import scan
 from .lines import extract_groups, following, header_source
 
 MAX_MESSAGE = 2000
@@ -558,13 +559,29 @@ def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl
     yield "stacks", frame("stacks", stacks)
 
 
+# What the lines each step below reads from hold (a superset of the step's own test): a step whose
+# trigger the chunk's bytes lack (``state["present"]``, textlog's scan) is skipped. The steps that
+# read every line (warnings by level, each rank's last line) or few (bare exceptions, torchrun's
+# table: unprefixed lines only) have none.
+_TRACEBACK = scan.Trigger("runtime.traceback", (_TRACEBACK_START,))
+_VERSION = scan.Trigger("runtime.version", ("version", "torch=", "Python v"), caseless=True)
+_OOM = scan.Trigger("runtime.oom", _OOM_MARKERS)
+_FATAL = scan.Trigger("runtime.fatal", ("terminate called after throwing", "Fatal Python error:"))
+TRIGGERS = (_TRACEBACK, _VERSION, _OOM, _FATAL)
+
+
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
     """All runtime records in one chunk; ``df`` adds lookahead rows to ``own``."""
+    present = state.get("present")
     yield "events", _log_events(own)
-    yield "events", _version_events(own)
+    if scan.is_present(present, _VERSION.name):
+        yield "events", _version_events(own)
     ended: set = set()  # (file, line) of the exception lines the tracebacks read
-    yield from _tracebacks(df, own, ended)
+    if scan.is_present(present, _TRACEBACK.name):
+        yield from _tracebacks(df, own, ended)
     yield from _bare_exceptions(df, own, ended)
-    yield "events", _out_of_memory_lines(own, ended)
+    if scan.is_present(present, _OOM.name):
+        yield "events", _out_of_memory_lines(own, ended)
     yield from _torchrun_failures(own)
-    yield from _fatal_blocks(df, own)
+    if scan.is_present(present, _FATAL.name):
+        yield from _fatal_blocks(df, own)

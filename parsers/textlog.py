@@ -19,9 +19,12 @@ parsed once, into the columns
 A line parser declares ``LINES``, a regex every line it reads a record from matches, unless it
 reads every line. Such a parser is not called for a chunk none of whose own lines matches; when
 called, its ``own`` holds only the lines that match, and its ``df`` (the chunk and its lookahead,
-every line) has the Boolean column ``wanted`` that marks them. A parser's ``state`` (a dict)
-lives as long as the file, or the batch: what it keeps there is keyed by file. Blocks of lines
-(a traceback) end where their file does.
+every line) has the Boolean column ``wanted`` that marks them. A parser may also declare
+``TRIGGER`` (``scan.Trigger``: literals every line LINES matches holds): a chunk whose bytes the
+scan found none in skips the parser before LINES runs, and LINES runs only on the lines that
+hold one. A parser's ``state`` (a dict) lives as long as the file, or the batch: what it keeps
+there is keyed by file; ``state["present"]`` is what the scan found in the chunk (None: not
+scanned). Blocks of lines (a traceback) end where their file does.
 
 Headers seen in real PyTorch 2.11 logs:
 
@@ -39,12 +42,15 @@ from datetime import datetime
 
 import polars as pl
 
-from . import detail, dynamo, horovod, memory, nccl, ncclras, progress, ranktime, runtime
+from . import detail, dynamo, horovod, memory, nccl, ncclras, progress, ranktime, runtime, scan
 from .lines import LineChunk, read_line_chunks
 from .source import Source
 
 KIND = "text_log"
 LINE_PARSERS = (runtime, nccl, ncclras, horovod, detail, dynamo, memory, ranktime, progress)
+# One scan of each block finds them all (lines.read_line_chunks): the line parsers' TRIGGER (the
+# literals every line their LINES matches holds) and the runtime steps' TRIGGERS.
+scan.declare(*(p.TRIGGER for p in LINE_PARSERS if hasattr(p, "TRIGGER")), *runtime.TRIGGERS)
 
 # The glog / c10 header, matched without capture groups (a DFA scan that stops where the header
 # does). Nothing in it before its closing "]" can be a "]", so the first "]" of a line that has
@@ -126,10 +132,22 @@ def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     ).drop("_close", "_start", "_time_end", "_stamp", "_level")
 
 
-def _line_masks(df: pl.DataFrame) -> pl.DataFrame:
+def _line_masks(df: pl.DataFrame, present: frozenset[str] | None) -> dict[str, pl.Series | None]:
     """For each line parser that declares ``LINES`` (a regex every line it reads matches), whether
-    each line matches it: one scan per parser, all in one query, before any header is parsed."""
-    return df.select(pl.col("text").str.contains(p.LINES).alias(p.__name__) for p in LINE_PARSERS if hasattr(p, "LINES"))
+    each line matches it, before any header is parsed; None for a parser whose ``TRIGGER`` the
+    scan did not find in the chunk (no line of it can match)."""
+    masks: dict[str, pl.Series | None] = {}
+    for p in LINE_PARSERS:
+        trigger = getattr(p, "TRIGGER", None)
+        if not hasattr(p, "LINES"):
+            continue
+        if trigger is None:
+            masks[p.__name__] = df.select(pl.col("text").str.contains(p.LINES)).to_series()
+        elif scan.is_present(present, trigger.name):
+            masks[p.__name__] = scan.matching(df["text"], trigger, p.LINES)
+        else:
+            masks[p.__name__] = None
+    return masks
 
 
 def _file_lines(source: Source, chunk: LineChunk) -> tuple[pl.DataFrame, int]:
@@ -145,11 +163,13 @@ def _file_lines(source: Source, chunk: LineChunk) -> tuple[pl.DataFrame, int]:
     return df.with_columns(pl.lit(source.name).alias("file")), own_rows
 
 
-def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict,
-                 last_ts: datetime | None = None) -> Iterator[tuple[str, pl.DataFrame]]:
+def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_ts: datetime | None = None,
+                 present: frozenset[str] | None = None) -> Iterator[tuple[str, pl.DataFrame]]:
     """Every line parser's records from a frame of lines: a chunk of one file (``last_ts`` the
-    time its earlier chunks ended on), or whole small files one after another."""
-    masks = _line_masks(df)
+    time its earlier chunks ended on, ``present`` what the scan found in its bytes), or whole
+    small files one after another."""
+    masks = _line_masks(df, present)
+    state["present"] = present
     df = with_headers(df.with_row_index("pos"), year)
     ts_ff, ts_bf = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
     if last_ts is not None:
@@ -161,11 +181,11 @@ def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict,
     if own.height:
         state["last_ts"] = own["ts_ff"][-1]
     for parser in LINE_PARSERS:
-        if parser.__name__ not in masks.columns:
+        if parser.__name__ not in masks:
             yield from parser.parse_lines(df, own, state)
             continue
         wanted = masks[parser.__name__]
-        if wanted.head(own_rows).any():
+        if wanted is not None and wanted.head(own_rows).any():
             narrowed = df.with_columns(wanted.alias("wanted"))
             yield from parser.parse_lines(narrowed, narrowed.head(own_rows).filter("wanted"), state)
 
@@ -175,7 +195,7 @@ def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     state: dict = {}
     for chunk in read_line_chunks(source.path):
         df, own_rows = _file_lines(source, chunk)
-        yield from _parse_frame(df, own_rows, source.year, state, state.get("last_ts"))
+        yield from _parse_frame(df, own_rows, source.year, state, state.get("last_ts"), chunk.present)
         if own_rows:
             source.lines = int(df["line_no"][own_rows - 1])
 

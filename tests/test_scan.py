@@ -1,0 +1,85 @@
+"""The block scan (parsers/scan.py): a trigger it misses would lose a parser's records, so every
+trigger is checked against the exact test it stands for, on every line of the real sample logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from postmortem.parsers import lines, runtime, scan, textlog
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
+REALWORLD = Path(__file__).resolve().parent / "realworld"
+
+
+def _all_lines() -> pl.DataFrame:
+    """Every line of every plain-text log of both corpora, parsed as textlog parses it."""
+    frames = []
+    for root in (SAMPLES, REALWORLD):
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".log", ".txt", ".out", ".err") and path.is_file() and path.stat().st_size < 8 << 20:
+                frames.append(lines.split_lines(path.read_bytes(), 1).select("text"))
+    return pl.concat(frames)
+
+
+@pytest.fixture(scope="module")
+def every_line() -> pl.DataFrame:
+    df = _all_lines()
+    assert df.height > 50_000  # the corpora, not an empty glob
+    return df
+
+
+# Each trigger and the exact test of the lines its owner reads.
+_EXACT = {p.TRIGGER: pl.col("text").str.contains(p.LINES) for p in textlog.LINE_PARSERS if hasattr(p, "TRIGGER")}
+_EXACT |= {
+    runtime._TRACEBACK: pl.col("text").str.contains(runtime._TRACEBACK_START, literal=True),
+    runtime._VERSION: pl.col("text").str.contains(r"(?i)version|torch=|Python v"),
+    runtime._OOM: pl.col("text").str.contains_any(list(runtime._OOM_MARKERS)),
+    runtime._FATAL: pl.col("text").str.starts_with("terminate called after throwing")
+    | pl.col("text").str.starts_with("Fatal Python error:"),
+}
+
+
+@pytest.mark.parametrize("trigger", list(_EXACT), ids=lambda t: t.name)
+def test_every_line_its_owner_reads_holds_its_trigger(every_line, trigger):
+    exact = every_line.filter(_EXACT[trigger])
+    assert exact.height, f"{trigger.name}: no sample line to check it on"
+    missed = exact.filter(~pl.col("text").str.contains(trigger.regex()))
+    assert missed.is_empty(), missed["text"].head(5).to_list()
+    # and the scan of the bytes finds it on each of those lines
+    found = scan.Scanner([trigger])
+    assert all(found.present(t.encode()) == {trigger.name} for t in exact["text"].head(200).to_list())
+
+
+def test_matching_is_the_exact_regex(every_line):
+    for p in textlog.LINE_PARSERS:
+        if hasattr(p, "TRIGGER"):
+            want = every_line.select(pl.col("text").str.contains(p.LINES)).to_series()
+            assert scan.matching(every_line["text"], p.TRIGGER, p.LINES).equals(want, check_names=False), p.__name__
+
+
+@pytest.mark.parametrize("line", ["RESERVED: 12 GiB", "re\u017ferved = 3 GB", "\u212aILLED by the OOM killer", "killed"])
+def test_caseless_literals_fold_as_polars_does(line):
+    trigger = scan.Trigger("t", ("reserved", "killed"), caseless=True)
+    assert pl.Series([line]).str.contains(trigger.regex())[0]
+    assert scan.Scanner([trigger]).present(line.encode()) == {"t"}
+
+
+def test_absent_trigger_is_absent():
+    trigger = scan.Trigger("t", ("Traceback (most recent call last):",))
+    assert scan.Scanner([trigger]).present(b"[rank0]: Traceback (most recent call) last\nok\n") == frozenset()
+
+
+def test_without_hyperscan_every_trigger_counts(monkeypatch):
+    monkeypatch.setattr(scan, "hyperscan", None)
+    found = scan.Scanner([scan.Trigger("t", ("x",))]).present(b"nothing here")
+    assert found is None and scan.is_present(found, "t")
+
+
+def test_split_lines_same_scanned_or_not():
+    data = b"[rank0]: 45%|####5     | 9/20 [00:04<00:05,  2.01it/s]Traceback (most recent call last):\r\nnext\r\n"
+    present = scan.block_scanner().present(data)
+    assert {"lines.bar_end", "lines.cr"} <= present
+    assert lines.split_lines(data, 1, present).equals(lines.split_lines(data, 1))
+    assert lines.split_lines(data, 1).height == 4  # the bar, the message glued to it, the next line, the empty end
