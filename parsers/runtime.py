@@ -520,11 +520,17 @@ def _crashing_thread(threads: list[tuple[str, list]]) -> list[tuple[str, list]]:
     return (current or with_frames or threads)[:1]
 
 
+# UCX's signal handler (linked into MPI/HPC-X builds): "[host:1610 :0:1610] Caught signal 11
+# (Segmentation fault: address not mapped to object at address (nil))", then "==== backtrace".
+_UCX_SIGNAL = r"Caught signal (?P<signum>\d+) \((?P<reason>[^)]*)"
+
+
 def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
     """C++ ``terminate called`` blocks and Python faulthandler dumps."""
     starts = own.filter(
         pl.col("text").str.starts_with("terminate called after throwing")
         | pl.col("text").str.starts_with("Fatal Python error:")
+        | pl.col("text").str.contains(_UCX_SIGNAL)
     )
     if starts.is_empty():
         return
@@ -542,6 +548,13 @@ def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl
                            "attrs": _attrs(exception_type=m[1] if m else None, what=_short(what), **timing)})
             failures.append({**common, "signal": "SIGABRT", "exception_type": m[1] if m else None,
                              "message": _short(what or text), "source": "terminate"})
+            continue
+        ucx = re.search(_UCX_SIGNAL, text)
+        if ucx:  # UCX's handler: "[host:pid:0:tid] Caught signal 11 (Segmentation fault: ...)"
+            sig = signal_name(int(ucx["signum"]))
+            events.append({**common, "level": "F", "kind": "fatal", "message": _short(text),
+                           "attrs": _attrs(signal=sig, **timing)})
+            failures.append({**common, "signal": sig, "message": _short(ucx["reason"]), "source": "ucx"})
             continue
         reason = text.split(":", 1)[1].strip()
         sig = _FATAL_SIGNALS.get(reason)

@@ -238,3 +238,32 @@ def test_horovods_stall_inspector_showing_ranks_missing_different_collectives_is
     report = api.analyze(REALWORLD / "e_lightning_horovod_stall_missing_ranks_5155", keep=False)
     assert report["verdict"]["signature"] == "collective-mismatch" and report["verdict"]["culprit_ranks"] == [0, 1]
     assert "rank 0 is missing broadcast (broadcast.bool.sz), rank 1 is missing allreduce" in report["verdict"]["summary"]
+
+
+def test_a_segfault_in_a_console_that_names_no_rank_is_a_native_crash_at_the_users_frame():
+    # m_hami_allreduce_nvlink_sigsegv_1502: one process's faulthandler dump, no rank prefix anywhere;
+    # the crash is still the job's verdict, with the user's frame under dist.all_reduce
+    report = api.analyze(REALWORLD / "m_hami_allreduce_nvlink_sigsegv_1502", keep=False)
+    verdict = report["verdict"]
+    assert verdict["signature"] == "native-crash" and verdict["culprit_ranks"] == []
+    assert verdict["user_line"].endswith("infrabench/collective.py:44")
+
+
+def test_ucxs_caught_signal_line_is_the_ranks_fatal_signal(tmp_path):
+    # m_flagscale_nvml_energy_sigsegv_1237: UCX's handler (HPC-X builds) reports the signal itself
+    tables = parse_text(tmp_path, "\n".join([
+        "[default0]:[node01:1610 :0:1610] Caught signal 11 (Segmentation fault: address not mapped to object at address (nil))",
+        "[default0]:==== backtrace (tid:   1610) ====",
+        "[default0]: 0  /opt/hpcx/ucx/lib/libucs.so.0(ucs_handle_error+0x2e4) [0x7fab66d08654]",
+    ]))
+    (failure,) = tables["failures"].filter(pl.col("source") == "ucx").to_dicts()
+    assert failure["rank"] == 0 and failure["signal"] == "SIGSEGV"
+    assert failure["message"].startswith("Segmentation fault: address not mapped")
+    report = api.analyze(REALWORLD / "m_flagscale_nvml_energy_sigsegv_1237", keep=False)
+    assert report["verdict"]["signature"] == "native-crash"
+
+
+def test_a_signal_number_in_a_log_message_is_not_a_crash(tmp_path):
+    # a line that merely mentions a signal is no UCX handler line
+    tables = parse_text(tmp_path, "2024-01-01 10:00:00 INFO worker exited; handler installed for signal 11\n")
+    assert "failures" not in tables or tables["failures"].filter(pl.col("source") == "ucx").is_empty()
