@@ -267,3 +267,9 @@ def test_a_signal_number_in_a_log_message_is_not_a_crash(tmp_path):
     # a line that merely mentions a signal is no UCX handler line
     tables = parse_text(tmp_path, "2024-01-01 10:00:00 INFO worker exited; handler installed for signal 11\n")
     assert "failures" not in tables or tables["failures"].filter(pl.col("source") == "ucx").is_empty()
+
+
+def test_detectron2s_anomaly_check_is_a_non_finite_loss_at_its_iteration():
+    # c_detectron2_loss_nan_high_lr_508: "FloatingPointError: Loss became infinite or NaN at iteration=27!"
+    verdict = api.analyze(REALWORLD / "c_detectron2_loss_nan_high_lr_508", keep=False)["verdict"]
+    assert verdict["signature"] == "non-finite-loss" and "at step 27" in verdict["summary"]
