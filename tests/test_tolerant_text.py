@@ -273,3 +273,23 @@ def test_detectron2s_anomaly_check_is_a_non_finite_loss_at_its_iteration():
     # c_detectron2_loss_nan_high_lr_508: "FloatingPointError: Loss became infinite or NaN at iteration=27!"
     verdict = api.analyze(REALWORLD / "c_detectron2_loss_nan_high_lr_508", keep=False)["verdict"]
     assert verdict["signature"] == "non-finite-loss" and "at step 27" in verdict["summary"]
+
+
+def test_an_old_nccl_warn_without_its_nccl_word_is_still_ncclss_warn(tmp_path):
+    # d_nccl_tests_no_ip_interface_docker_14 (NCCL 2.2, 2018): "host:pid:tid [dev] file:line WARN msg"
+    tables = parse_text(tmp_path, "\n".join([
+        "e66aa18dc444:3171:3171 [0] include/socket.h:311 WARN Socket creation failed : Address family not supported by protocol",
+        # a logger's WARN with no NCCL header is not NCCL's
+        "2024-01-01 10:00:00 main.py:12 WARN disk almost full",
+    ]))
+    (warn,) = events(tables, "nccl_warn")
+    assert warn["message"].startswith("Socket creation failed") and warn["line_no"] == 1
+    verdict = api.analyze(REALWORLD / "d_nccl_tests_no_ip_interface_docker_14", keep=False)["verdict"]
+    assert verdict["signature"] == "nccl-error"
+
+
+def test_an_nccl_header_whose_host_was_blanked_out_still_reads_the_warn(tmp_path):
+    # d_azhpc_nccl_graph_file_dev_not_found_327: the user's post left "::pid:tid [dev]" of the header
+    tables = parse_text(tmp_path, "::16674:17023 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 1 not found.\n")
+    (warn,) = events(tables, "nccl_warn")
+    assert warn["message"].startswith("XML Import Channel : dev 1 not found") and warn["pid"] == 16674
