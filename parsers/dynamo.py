@@ -389,6 +389,8 @@ def guard_kinds(lines: list[str]) -> tuple[int, dict[str, int]]:
 _DYNAMO_WARNING = r"^(?<wfile>\S*_dynamo/\S+\.py):(?<wline>\d+): (?:\w+\.)*\w*Warning: (?<wbody>.*)$"
 _EXPLAIN_START = r"^\s*Break Reason \d+:\s*$"
 _LIMIT_CONTINUED = r"^\s+(?:function: '|reasons?: |last reason: )"
+# The limit hit's message pasted without its log header (the message alone, as a user quotes it)
+_BARE_LIMIT = r"^\s*torch(?:\._)?dynamo hit config\.\w+ \(\d+\)\s*$"
 _EXPLAIN_CONTINUED = r"^\s+(?:Reason: |User Stack:\s*$|<FrameSummary file |File \"[^\"]+\", line \d+)"
 # Exceptions raised to the user: torch._dynamo.exc.* / torch._inductor.exc.*, those classes by their bare
 # name (then only with the text dynamo appends to its exceptions, see _exceptions), and Inductor's own
@@ -402,7 +404,7 @@ _INDUCTOR_MESSAGE = (r"Found .+ which is too old to be supported by the triton G
                      r"|Cannot find a working triton installation")
 _RAISED = rf"^\s*(?:torch\._(?:dynamo|inductor)\.exc\.\w+|(?:{_BARE_EXC}): |RuntimeError: (?:{_INDUCTOR_MESSAGE}))"
 _PREFILTER = (r"_dynamo[/.]|Graph break|Recompiling function|torch\._inductor\.exc\."
-              rf"|{_EXPLAIN_START}|{_LIMIT_CONTINUED}|{_EXPLAIN_CONTINUED}|{_RAISED}")
+              rf"|{_EXPLAIN_START}|{_LIMIT_CONTINUED}|{_EXPLAIN_CONTINUED}|{_RAISED}|{_BARE_LIMIT}")
 # "[4/1] [__recompiles] " before the body: stripped by a replace, taken apart (once per distinct message).
 _MSG_PREFIX = rf"^(?:\[{_CID}\] )?(?:\[__\w+\] ?)?"
 _MSG_FIELDS = rf"^(?:\[(?<cid>{_CID})\] )?(?:\[__(?<art>\w+)\] ?)?"
@@ -458,7 +460,7 @@ def _headless(lines: pl.DataFrame) -> pl.DataFrame:
             "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"), pl.col("ts")).alias("ts"),
         pl.coalesce(o("logger"), pl.format("{}:{}", w("wfile"), w("wline")),
                     pl.when(text.str.contains(_EXPLAIN_START)).then(pl.lit("torch._dynamo.explain"))).alias("emitter"),
-        pl.when(o("logger").is_not_null()).then(pl.lit("logging"))
+        pl.when(o("logger").is_not_null() | text.str.contains(_BARE_LIMIT)).then(pl.lit("logging"))
         .when(w("wfile").is_not_null()).then(pl.lit("warning"))
         .when(text.str.contains(_EXPLAIN_START)).then(pl.lit("explain")).alias("_anchor"),
         pl.when(text.str.contains(_LIMIT_CONTINUED)).then(pl.lit("logging"))
@@ -663,11 +665,13 @@ def _block_rows(blocks: pl.DataFrame) -> pl.DataFrame:
 # Every line _dynamo_lines and _exceptions look at matches this: textlog marks them (``wanted``).
 LINES = _PREFILTER
 # A literal of each branch of _PREFILTER: "reason" stands for "reason: ", "reasons: " and "last reason: ",
-# '"File "' for a frame of explain()'s user stack, "_dynamo." for torch._dynamo.exc.
+# '"File "' for a frame of explain()'s user stack, "_dynamo." for torch._dynamo.exc., "dynamo hit config."
+# for a limit hit quoted alone.
 TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "Graph break", "Recompiling function", "torch._inductor.exc.",
                                   "Break Reason ", "function: '", "reason", "Reason: ", "User Stack:",
                                   "<FrameSummary file ", 'File "', *(f"{e}: " for e in _DYNAMO_EXC + _INDUCTOR_EXC),
-                                  "RuntimeError: Found ", "RuntimeError: Cannot find a working triton installation"))
+                                  "RuntimeError: Found ", "RuntimeError: Cannot find a working triton installation",
+                                  "dynamo hit config."))
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:

@@ -66,10 +66,11 @@ from postmortem.schema import conform, json_attrs
 from . import scan
 from .lines import extract_groups, header_source
 
-# The "host:pid:tid [dev] " header is NCCL's; a line pasted without it ("init.cc:1247 NCCL WARN
+# The "host:pid:tid [dev] " header is NCCL's (its host what is left where the user blanked it
+# out: "::16674:17023 [0] graph/search.cc:703 NCCL WARN ..."); a line pasted without it ("init.cc:1247 NCCL WARN
 # Mismatched collective detected, ...") still names its source and level.
 _NCCL = (
-    r"^(?:\[[\d\- :.,]+\] )?(?:(?<host>[^\s:\[\]]+):(?<npid>\d+):(?<tid>\d+) \[(?<dev>\d+)\] )?"
+    r"^(?:\[[\d\- :.,]+\] )?(?:(?<host>[^\s\[\]]*?):(?<npid>\d+):(?<tid>\d+) \[(?<dev>\d+)\] )?"
     r"(?:[\d.]+ )?(?:(?<where>\S+:\d+)(?: \((?<func>[^)]*)\))? )?NCCL (?<nlevel>INFO|WARN|ATTN|TRACE|CALL) ?(?<nmsg>.*)$"
 )
 _INIT = (
@@ -149,10 +150,18 @@ def _error_class(text: pl.Expr) -> pl.Expr:
 _NCCL_KEPT = [" NCCL WARN", " NCCL ATTN", " NCCL TRACE", " NCCL CALL", " - Init ", ": opCount "]
 
 
+# NCCL 2.2 and older printed the level without "NCCL " after the header and source line
+# ("e66aa18dc444:3171:3171 [0] include/socket.h:311 WARN Socket creation failed : ..."): with
+# both the header and the source present that is NCCL's line, and it is read as the newer form.
+_OLD_LEVEL = r"^((?:\[[\d\- :.,]+\] )?[^\s:\[\]]+:\d+:\d+ \[\d+\] \S+:\d+ )(WARN|ATTN|TRACE|CALL) "
+
+
 def _nccl_lines(own: pl.DataFrame) -> pl.DataFrame:
-    return own.filter(pl.col("text").str.contains_any(_NCCL_KEPT)).with_columns(
-        extract_groups("text", _NCCL).alias("n")
-    ).unnest("n").filter(pl.col("nlevel").is_not_null())
+    return own.filter(
+        pl.col("text").str.contains_any(_NCCL_KEPT) | pl.col("text").str.contains(_OLD_LEVEL)
+    ).with_columns(pl.col("text").str.replace(_OLD_LEVEL, "${1}NCCL ${2} ").alias("_ntext")).with_columns(
+        extract_groups("_ntext", _NCCL).alias("n")
+    ).drop("_ntext").unnest("n").filter(pl.col("nlevel").is_not_null())
 
 
 def _nccl_events(lines: pl.DataFrame) -> pl.DataFrame:
@@ -681,8 +690,10 @@ _PG_INIT_MARKER = "initialization options: size:"
 # A chunk none of whose lines holds one of these is skipped before any frame work.
 _MARKERS = (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS, *_NCCL_RESULT_MARKERS,
             _GLOO_TIMEOUT_MARKER, _FR_NOT_JOINED_MARKER, *_DESYNC_MARKERS)
-LINES = "|".join(re.escape(m) for m in _MARKERS)
-TRIGGER = scan.Trigger("nccl", _MARKERS)  # the literals are the whole test
+# NCCL 2.2 and older wrote "host:pid:tid [dev] file:line WARN msg", without the word NCCL.
+_OLD_LEVELS = (" WARN ", " ATTN ", " TRACE ", " CALL ")
+LINES = "|".join(re.escape(m) for m in _MARKERS) + r"|\[\d+\] \S+:\d+ (?:WARN|ATTN|TRACE|CALL) "
+TRIGGER = scan.Trigger("nccl", (*_MARKERS, *_OLD_LEVELS))  # every line LINES matches holds one
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:

@@ -48,6 +48,10 @@ _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
 # "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:"). Warnings are not.
 _BARE_EXCEPTION = (r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Failure|Unsupported|LimitHit|Interrupt)"
                    r"(?::\s|:?$)")
+# Messages PyTorch only ever raises, printed without their class by a loop that logs str(error)
+# (or pasted so): at the start of the line, they are the error, not a quote of it. DDP's reducer
+# (torch/csrc/distributed/c10d/reducer.cpp, REDUCER_CHECK, every version since 1.1).
+_CLASSLESS_ERROR = r"^\s*Expected to have finished reduction in the prior iteration before starting a new one"
 _TABLE_FIELD = re.compile(r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
 _TABLE_ENTRY = re.compile(r"^\[(?P<rank>\d+)\]:$")
 
@@ -377,7 +381,8 @@ def _bare_exceptions(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterato
     memory. ...``, ``RuntimeError: Error(s) in loading state_dict for Net:``. Each is an exception
     event with the frames just above it and the lines that continue its message; the lines of
     a traceback that ``_tracebacks`` read (``ended``) are not read again."""
-    candidates = own.filter(pl.col("level").is_null()).filter(pl.col("text").str.contains(_BARE_EXCEPTION))
+    candidates = own.filter(pl.col("level").is_null()).filter(
+        pl.col("text").str.contains(_BARE_EXCEPTION) | pl.col("text").str.contains(_CLASSLESS_ERROR))
     if candidates.is_empty():
         return
     # each is read with the lines around it (Python, a millisecond): a loop that logs the same
@@ -521,12 +526,21 @@ def _crashing_thread(threads: list[tuple[str, list]]) -> list[tuple[str, list]]:
     return (current or with_frames or threads)[:1]
 
 
+# UCX's signal handler (linked into MPI/HPC-X builds): "[host:1610 :0:1610] Caught signal 11
+# (Segmentation fault: address not mapped to object at address (nil))", then "==== backtrace".
+_UCX_SIGNAL = r"Caught signal (?P<signum>\d+) \((?P<reason>[^)]*)"
+
+
+def fatal_start() -> pl.Expr:
+    """The first line of a fatal block: C++ terminate, faulthandler, UCX's signal handler."""
+    return (pl.col("text").str.starts_with("terminate called after throwing")
+            | pl.col("text").str.starts_with("Fatal Python error:")
+            | pl.col("text").str.contains(_UCX_SIGNAL))
+
+
 def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
-    """C++ ``terminate called`` blocks and Python faulthandler dumps."""
-    starts = own.filter(
-        pl.col("text").str.starts_with("terminate called after throwing")
-        | pl.col("text").str.starts_with("Fatal Python error:")
-    )
+    """C++ ``terminate called`` blocks, Python faulthandler dumps and UCX's signal reports."""
+    starts = own.filter(fatal_start())
     if starts.is_empty():
         return
     events, failures, stacks = [], [], []
@@ -543,6 +557,13 @@ def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl
                            "attrs": _attrs(exception_type=m[1] if m else None, what=_short(what), **timing)})
             failures.append({**common, "signal": "SIGABRT", "exception_type": m[1] if m else None,
                              "message": _short(what or text), "source": "terminate"})
+            continue
+        ucx = re.search(_UCX_SIGNAL, text)
+        if ucx:  # UCX's handler: "[host:pid:0:tid] Caught signal 11 (Segmentation fault: ...)"
+            sig = signal_name(int(ucx["signum"]))
+            events.append({**common, "level": "F", "kind": "fatal", "message": _short(text),
+                           "attrs": _attrs(signal=sig, **timing)})
+            failures.append({**common, "signal": sig, "message": _short(ucx["reason"]), "source": "ucx"})
             continue
         reason = text.split(":", 1)[1].strip()
         sig = _FATAL_SIGNALS.get(reason)
@@ -566,7 +587,7 @@ def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl
 _TRACEBACK = scan.Trigger("runtime.traceback", (_TRACEBACK_START,))
 _VERSION = scan.Trigger("runtime.version", ("version", "torch=", "Python v"), caseless=True)
 _OOM = scan.Trigger("runtime.oom", _OOM_MARKERS)
-_FATAL = scan.Trigger("runtime.fatal", ("terminate called after throwing", "Fatal Python error:"))
+_FATAL = scan.Trigger("runtime.fatal", ("terminate called after throwing", "Fatal Python error:", "Caught signal "))
 TRIGGERS = (_TRACEBACK, _VERSION, _OOM, _FATAL)
 
 

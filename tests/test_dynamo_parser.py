@@ -285,6 +285,18 @@ I1129 14:49:42.479000 31904 torch/_dynamo/convert_frame.py:2413]   Explanation: 
 # ------------------------------------------------------------------ lines of tests/realworld (public threads)
 
 
+def test_the_limit_message_quoted_without_its_log_header_is_a_limit_hit(tmp_path):
+    # mstar-project/mstar#167 (torch 2.13): the issue quotes the message alone; a sentence that only
+    # mentions the limit is not one.
+    log = write_log(tmp_path, """
+torch._dynamo hit config.recompile_limit (8)
+We never hit config.recompile_limit (8) before the upgrade.
+""")
+    (hit,) = compiles_of(log).iter_rows(named=True)
+    assert (hit["event"], hit["function"], hit["line_no"]) == ("limit_hit", None, 1)
+    assert attrs(hit)["limit_type"] == "recompile_limit" and attrs(hit)["limit"] == 8
+
+
 def test_torch_2_0_limit_hit_takes_its_unprefixed_function_and_reasons_lines(tmp_path):
     # pytorch/torchdynamo#1955 (Dec 2022): only the first line carries the logging header.
     log = write_log(tmp_path, """

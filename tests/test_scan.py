@@ -36,8 +36,7 @@ _EXACT |= {
     runtime._TRACEBACK: pl.col("text").str.contains(runtime._TRACEBACK_START, literal=True),
     runtime._VERSION: pl.col("text").str.contains(r"(?i)version|torch=|Python v"),
     runtime._OOM: pl.col("text").str.contains_any(list(runtime._OOM_MARKERS)),
-    runtime._FATAL: pl.col("text").str.starts_with("terminate called after throwing")
-    | pl.col("text").str.starts_with("Fatal Python error:"),
+    runtime._FATAL: runtime.fatal_start(),
 }
 
 

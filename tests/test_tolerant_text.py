@@ -256,3 +256,67 @@ def test_horovods_stall_inspector_showing_ranks_missing_different_collectives_is
     report = api.analyze(REALWORLD / "e_lightning_horovod_stall_missing_ranks_5155", keep=False)
     assert report["verdict"]["signature"] == "collective-mismatch" and report["verdict"]["culprit_ranks"] == [0, 1]
     assert "rank 0 is missing broadcast (broadcast.bool.sz), rank 1 is missing allreduce" in report["verdict"]["summary"]
+
+
+def test_a_segfault_in_a_console_that_names_no_rank_is_a_native_crash_at_the_users_frame():
+    # m_hami_allreduce_nvlink_sigsegv_1502: one process's faulthandler dump, no rank prefix anywhere;
+    # the crash is still the job's verdict, with the user's frame under dist.all_reduce
+    report = api.analyze(REALWORLD / "m_hami_allreduce_nvlink_sigsegv_1502", keep=False)
+    verdict = report["verdict"]
+    assert verdict["signature"] == "native-crash" and verdict["culprit_ranks"] == []
+    assert verdict["user_line"].endswith("infrabench/collective.py:44")
+
+
+def test_ucxs_caught_signal_line_is_the_ranks_fatal_signal(tmp_path):
+    # m_flagscale_nvml_energy_sigsegv_1237: UCX's handler (HPC-X builds) reports the signal itself
+    tables = parse_text(tmp_path, "\n".join([
+        "[default0]:[node01:1610 :0:1610] Caught signal 11 (Segmentation fault: address not mapped to object at address (nil))",
+        "[default0]:==== backtrace (tid:   1610) ====",
+        "[default0]: 0  /opt/hpcx/ucx/lib/libucs.so.0(ucs_handle_error+0x2e4) [0x7fab66d08654]",
+    ]))
+    (failure,) = tables["failures"].filter(pl.col("source") == "ucx").to_dicts()
+    assert failure["rank"] == 0 and failure["signal"] == "SIGSEGV"
+    assert failure["message"].startswith("Segmentation fault: address not mapped")
+    report = api.analyze(REALWORLD / "m_flagscale_nvml_energy_sigsegv_1237", keep=False)
+    assert report["verdict"]["signature"] == "native-crash"
+
+
+def test_a_signal_number_in_a_log_message_is_not_a_crash(tmp_path):
+    # a line that merely mentions a signal is no UCX handler line
+    tables = parse_text(tmp_path, "2024-01-01 10:00:00 INFO worker exited; handler installed for signal 11\n")
+    assert "failures" not in tables or tables["failures"].filter(pl.col("source") == "ucx").is_empty()
+
+
+def test_detectron2s_anomaly_check_is_a_non_finite_loss_at_its_iteration():
+    # c_detectron2_loss_nan_high_lr_508: "FloatingPointError: Loss became infinite or NaN at iteration=27!"
+    verdict = api.analyze(REALWORLD / "c_detectron2_loss_nan_high_lr_508", keep=False)["verdict"]
+    assert verdict["signature"] == "non-finite-loss" and "at step 27" in verdict["summary"]
+
+
+def test_an_old_nccl_warn_without_its_nccl_word_is_still_ncclss_warn(tmp_path):
+    # d_nccl_tests_no_ip_interface_docker_14 (NCCL 2.2, 2018): "host:pid:tid [dev] file:line WARN msg"
+    tables = parse_text(tmp_path, "\n".join([
+        "e66aa18dc444:3171:3171 [0] include/socket.h:311 WARN Socket creation failed : Address family not supported by protocol",
+        # a logger's WARN with no NCCL header is not NCCL's
+        "2024-01-01 10:00:00 main.py:12 WARN disk almost full",
+    ]))
+    (warn,) = events(tables, "nccl_warn")
+    assert warn["message"].startswith("Socket creation failed") and warn["line_no"] == 1
+    verdict = api.analyze(REALWORLD / "d_nccl_tests_no_ip_interface_docker_14", keep=False)["verdict"]
+    assert verdict["signature"] == "nccl-error"
+
+
+def test_an_nccl_header_whose_host_was_blanked_out_still_reads_the_warn(tmp_path):
+    # d_azhpc_nccl_graph_file_dev_not_found_327: the user's post left "::pid:tid [dev]" of the header
+    tables = parse_text(tmp_path, "::16674:17023 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 1 not found.\n")
+    (warn,) = events(tables, "nccl_warn")
+    assert warn["message"].startswith("XML Import Channel : dev 1 not found") and warn["pid"] == 16674
+
+
+def test_ddps_reducer_message_printed_without_its_class_is_the_error_but_not_when_quoted(tmp_path):
+    # m_yolox_ddp_unused_convnext_885: the reporter's log is DDP's message alone, no "RuntimeError:"
+    report = api.analyze(REALWORLD / "m_yolox_ddp_unused_convnext_885", keep=False)
+    assert report["verdict"]["signature"] == "ddp-unused-parameters"
+    # the same words inside a sentence of someone's log are a quote, not a raised error
+    quoted = "INFO fixed: 'Expected to have finished reduction in the prior iteration' is gone now\n"
+    assert not events(parse_text(tmp_path, quoted), "exception")
