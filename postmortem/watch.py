@@ -198,6 +198,11 @@ def look(progress: RankProgress, now: float, wall: float, interval_s: float, und
     """Update one rank's progress: its log files' new lines and its CPU time since the last look."""
     ticks = cpu_ticks(progress.pid)
     if ticks is None:
+        # It exited since the last look: what it wrote last is still in the files it had open.
+        for path, offset in list(progress.offsets.items()):
+            count, progress.offsets[path], last = read_new(path, offset)
+            progress.lines += count
+            progress.last_line = last or progress.last_line
         progress.gone = True
         return
     moved = False
