@@ -88,7 +88,7 @@ def _issue(dist, torch, op: Op, world: int, device, group=None):
 
 
 def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeout_s: float, events,
-            release, issuing, groups: dict[str, list[int]]) -> None:
+            release, issuing, completed, groups: dict[str, list[int]]) -> None:
     import torch
     import torch.distributed as dist
 
@@ -115,6 +115,7 @@ def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeo
                 continue
             finally:
                 issuing[rank] = _NOT_ISSUING
+            completed[rank] = op.seq
             events.put(("done", rank, op.seq))
         events.put(("finished", rank, None))
         # A rank whose recorded sequence ends early stays connected and silent, as the real
@@ -144,13 +145,16 @@ def run(p: Plan, backend: str, timeout_s: float, startup_s: float = STARTUP_S) -
     # dies in it (gloo's size check aborts the process) may take its queued "start" event with
     # it, unsent by the queue's feeder thread, but not this.
     issuing = ctx.Array("q", [_NOT_ISSUING] * p.world_size, lock=False)
+    # The same for the last collective each rank completed: a peer killed while its queue feeder
+    # held the queue's lock (gloo's abort, mid-put) leaves the other ranks' events stuck behind it.
+    completed = ctx.Array("q", [_NOT_ISSUING] * p.world_size, lock=False)
     port = free_port()
     started = time.monotonic()
     # The collective timeout is shorter than the replay's deadline, so a hung collective
     # surfaces as the backend's own timeout error when it can.
     collective_timeout = max(2.0, timeout_s * 0.6)
     procs = {r: ctx.Process(target=_worker, args=(r, p.world_size, port, backend, p.sequences.get(r, []),
-                                                  collective_timeout, events, release, issuing, p.groups),
+                                                  collective_timeout, events, release, issuing, completed, p.groups),
                             daemon=True)
              for r in range(p.world_size)}
     for proc in procs.values():
@@ -188,6 +192,13 @@ def run(p: Plan, backend: str, timeout_s: float, startup_s: float = STARTUP_S) -
             outcome.errors[rank] = f"at seq {current[rank]}: {rest[0]}" if current[rank] is not None else rest[0]
             done.add(rank)
     release.set()
+    for rank in procs:
+        if completed[rank] != _NOT_ISSUING and rank not in outcome.finished:
+            outcome.completed[rank] = completed[rank]
+        if issuing[rank] != _NOT_ISSUING and rank not in done:
+            current[rank] = issuing[rank]
+            op = next((o for o in p.sequences.get(rank, []) if o.seq == issuing[rank]), None)
+            outcome.groups_at[rank] = (op.pg or p.pg) if op else p.pg
     for rank, proc in procs.items():
         if rank in done:
             continue
