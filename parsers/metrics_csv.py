@@ -58,6 +58,16 @@ def sniff(head: bytes, name: str) -> bool:
             and all(_NAME.match(c) for c in header) and all(_CELL.match(c) for c in row))
 
 
+def read_head(source: Source) -> bytes:
+    """The file's first MAX_BYTES, cut after its last whole line there (and noted) when it is larger."""
+    with open_binary(source.path) as fh:
+        data = fh.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        source.notes.append(f"larger than {MAX_BYTES} bytes: only its first {MAX_BYTES} read")
+        data = data[:data.rfind(b"\n", 0, MAX_BYTES) + 1]
+    return data
+
+
 def read_cells(data: bytes) -> pl.DataFrame:
     """A CSV's cells as strings; ValueError saying why when it is no CSV (empty, cut, binary)."""
     try:
@@ -67,12 +77,7 @@ def read_cells(data: bytes) -> pl.DataFrame:
 
 
 def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
-    with open_binary(source.path) as fh:
-        data = fh.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        source.notes.append(f"larger than {MAX_BYTES} bytes: only its first {MAX_BYTES} read")
-        data = data[:data.rfind(b"\n", 0, MAX_BYTES) + 1]
-    table = read_cells(data)
+    table = read_cells(read_head(source))
     source.lines = table.height + 1
     step_col = next((c for c in table.columns if c in _STEP_COLUMNS), None)
     if step_col is None:

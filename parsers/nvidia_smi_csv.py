@@ -24,12 +24,10 @@ import polars as pl
 
 from postmortem.schema import conform
 
-from .lines import open_binary
-from .metrics_csv import read_cells
+from .metrics_csv import read_cells, read_head
 from .source import Source
 
 KIND = "nvidia_smi_csv"
-MAX_BYTES = 256 << 20
 _HEADER_FIELD = re.compile(r"^[a-z_]+(?:\.[a-z_]+)*(?: \[[^\]]+\])?$")
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
@@ -50,12 +48,7 @@ def _field(columns: list[str], name: str) -> str | None:
 
 
 def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
-    with open_binary(source.path) as fh:
-        data = fh.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        source.notes.append(f"larger than {MAX_BYTES} bytes: only its first {MAX_BYTES} read")
-        data = data[:data.rfind(b"\n", 0, MAX_BYTES) + 1]
-    table = read_cells(data)
+    table = read_cells(read_head(source))
     table = table.rename({c: c.strip() for c in table.columns}).with_columns(pl.all().str.strip_chars())
     source.lines = table.height + 1
     used = _field(table.columns, "memory.used")
