@@ -671,7 +671,8 @@ TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "Graph break", "Recomp
                                   "Break Reason ", "function: '", "reason", "Reason: ", "User Stack:",
                                   "<FrameSummary file ", 'File "', *(f"{e}: " for e in _DYNAMO_EXC + _INDUCTOR_EXC),
                                   "RuntimeError: Found ", "RuntimeError: Cannot find a working triton installation",
-                                  "dynamo hit config."))
+                                  "dynamo hit config."),
+                       per_line=False)  # "_dynamo/" is in the header of every TORCH_LOGS line
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:

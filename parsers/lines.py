@@ -54,6 +54,9 @@ class LineChunk:
     own: int  # rows [0, own) belong to this chunk, the rest is lookahead
     # the triggers (``scan``) the chunk's own bytes hold; None: not scanned, take all as present
     present: frozenset[str] | None = None
+    # for each per-line trigger the scan found, the numbers of the lines (own and lookahead) that
+    # hold one of its literals; None: not known (no scan, or a block with too many matches)
+    hits: dict[str, pl.Series] | None = None
 
 
 def open_binary(path: Path) -> io.BufferedIOBase:
@@ -126,8 +129,8 @@ def header_source(df: pl.DataFrame) -> pl.DataFrame:
                            pl.coalesce(second.str.strip_chars_start(" "), first).alias("src"))
 
 
-_PREFIXES = (r"^((?: *\d{1,6}: )?(?:[\w.-]+ \[(?:stdout|stderr)\] )?(?:\[\d+\] \[[A-Za-z_]+\d+\]:|\[(?:\d+,)?\d+\]<(?:stdout|stderr)>:)?"
-             r"(?:\[[A-Za-z_]+\d+\]:){0,2})")
+_PREFIXES = (r"^(?: *\d{1,6}: )?(?:[\w.-]+ \[(?:stdout|stderr)\] )?(?:\[\d+\] \[[A-Za-z_]+\d+\]:|\[(?:\d+,)?\d+\]<(?:stdout|stderr)>:)?"
+             r"(?:\[[A-Za-z_]+\d+\]:){0,2}")
 # A byte no log line holds in practice: the CSV reader's separator when it splits lines.
 _NO_SEPARATOR = b"\x1f"
 
@@ -137,19 +140,31 @@ def line_series(data: bytes) -> pl.Series:
 
     Polars' CSV reader splits and decodes on every core when given a separator the data never
     holds and no quoting; ``str.split`` on the decoded text is the fallback (a block holding
-    the separator, or a count that disagrees).
+    the separator, or lines that do not add up to the block).
     """
-    lines = data.count(b"\n") + 1
     if data and _NO_SEPARATOR not in data:
         raw = pl.read_csv(data, has_header=False, separator=_NO_SEPARATOR.decode(), quote_char=None,
                           new_columns=["raw"], infer_schema=False, encoding="utf8-lossy",
-                          truncate_ragged_lines=True)["raw"]
+                          truncate_ragged_lines=True)["raw"].fill_null("")
         # The reader takes a final newline as the end of the last line, not as an empty line after it.
-        if raw.len() == lines - 1 and data.endswith(b"\n"):
+        if data.endswith(b"\n"):
             raw = raw.extend_constant("", 1)
+        if _same_bytes(raw, data):
+            return raw.rechunk()
+        lines = data.count(b"\n") + 1
         if raw.len() == lines:
-            return raw.fill_null("").rechunk()
+            return raw.rechunk()
     return pl.Series("raw", [data.decode("utf-8", errors="replace")]).str.split("\n").explode()
+
+
+def _same_bytes(lines: pl.Series, data: bytes) -> bool:
+    """Whether ``lines`` are the lines of ``data``, checked without counting its newlines: when no
+    line holds a replacement character (what decoding puts for invalid UTF-8, never shorter than
+    the bytes it replaces) every line is as long as its bytes, and then a line lost or cut would
+    make them add up to less than ``data``."""
+    if int(lines.str.len_bytes().sum()) + lines.len() - 1 != len(data):
+        return False
+    return not lines.str.contains("\ufffd", literal=True).any()
 
 
 # The end of a tqdm progress bar ("[29:55<4:48:08, 155.57 examples/s]") with more text after it:
@@ -158,8 +173,8 @@ def line_series(data: bytes) -> pl.Series:
 _GLUED_BAR = r"(\[(?:\d+:)?\d\d:\d\d<[^\]\n]{0,40}?(?:/s|/it)\])([^\s\r])"
 # What a block must hold for split_lines to do more than split it (the scan finds them with the
 # parsers' triggers: Python's ``b"/s]" in data`` alone takes 23 ms over 16 MB of paths).
-_BAR_END = scan.Trigger("lines.bar_end", ("/s]", "/it]"))
-_CR = scan.Trigger("lines.cr", ("\r",))
+_BAR_END = scan.Trigger("lines.bar_end", ("/s]", "/it]"), per_line=False)
+_CR = scan.Trigger("lines.cr", ("\r",), per_line=False)
 scan.declare(_BAR_END, _CR)
 
 
@@ -179,19 +194,59 @@ def _holds(data: bytes, present: frozenset[str] | None, trigger: scan.Trigger) -
 
 def split_lines(data: bytes | str, first_line_no: int, present: frozenset[str] | None = None) -> pl.DataFrame:
     """The lines of ``data`` (which holds no partial line but perhaps the last) as a frame;
-    ``present``: the triggers the scan found in ``data``, if it was scanned.
-
-    The prefixes are found with one anchored regex and sliced off; the rank and tee flag are
-    parsed once per distinct prefix (a log has a handful) and joined.
-    """
+    ``present``: the triggers the scan found in ``data``, if it was scanned."""
     if isinstance(data, str):
         data = data.encode("utf-8", errors="replace")
+    return _lines_frame(line_series(data), data, first_line_no, present)
+
+
+def split_block(data: bytes, first_line_no: int, found: scan.Found | None) -> tuple[pl.DataFrame, dict[str, pl.Series] | None]:
+    """``split_lines`` of a scanned block, and the numbers of the lines each per-line trigger's
+    matches fall on (None where the scan did not record them)."""
+    raw = line_series(data)
+    frame = _lines_frame(raw, data, first_line_no, found.present if found else None)
+    if found is None or found.ends is None:
+        return frame, None
+    return frame, _hit_lines(raw, data, first_line_no, found.ends)
+
+
+def _hit_lines(raw: pl.Series, data: bytes, first_line_no: int, ends: dict[str, list[int]]) -> dict[str, pl.Series]:
+    """The line numbers the match end offsets ``ends`` fall on, per trigger, each once.
+
+    The lines' byte lengths give where each starts, when decoding kept every line's length (a
+    replacement character is never shorter than the bytes it replaces, so equal totals mean no
+    line changed); otherwise the newlines before each match are counted in the bytes.
+    """
+    lengths = raw.str.len_bytes().cast(pl.Int64)
+    out: dict[str, pl.Series] = {}
+    if int(lengths.sum()) + raw.len() - 1 == len(data):
+        starts = (lengths + 1).cum_sum() - (lengths + 1)
+        for name, offsets in ends.items():
+            # a match's last byte (end - 1) lies in the line that starts at or before it
+            at = starts.search_sorted(pl.Series(offsets, dtype=pl.Int64) - 1, side="right").cast(pl.Int64) - 1
+            out[name] = (at + first_line_no).unique()
+        return out
+    for name, offsets in ends.items():
+        numbers, line, pos = set(), first_line_no, 0
+        for end in sorted(offsets):
+            line += data.count(b"\n", pos, end - 1)
+            pos = end - 1
+            numbers.add(line)
+        out[name] = pl.Series(sorted(numbers), dtype=pl.Int64)
+    return out
+
+
+def _lines_frame(lines: pl.Series, data: bytes, first_line_no: int, present: frozenset[str] | None) -> pl.DataFrame:
+    """The frame of ``lines`` (those of ``data``). The prefixes are removed with one anchored regex
+    (a replace: its match is found by a DFA, where a capture group would need the slower engine
+    on every line) and are what that took off the front; the rank and tee flag are parsed once
+    per distinct prefix (a log has a handful) and joined."""
     raw = pl.col("raw")
-    df = pl.DataFrame({"raw": line_series(data)}).with_row_index("line_no", offset=first_line_no)
+    df = pl.DataFrame({"raw": lines}).with_row_index("line_no", offset=first_line_no)
     if _holds(data, present, _BAR_END):
         df = _unglue(df)
-    df = df.with_columns(raw.str.extract(_PREFIXES, 1).fill_null("").alias("prefix"))
-    df = df.with_columns(raw.str.slice(pl.col("prefix").str.len_bytes()).alias("text"))  # an ASCII prefix: bytes are chars
+    df = df.with_columns(raw.str.replace(_PREFIXES, "").alias("text"))
+    df = df.with_columns(raw.str.head(raw.str.len_chars() - pl.col("text").str.len_chars()).alias("prefix"))
     parts = extract_groups("prefix", _PREFIX)
     n0, n1, n2, m0, s0 = (parts.struct.field(n).cast(pl.Int32, strict=False) for n in ("n0", "n1", "n2", "m0", "s0"))
     # a --tee word ("default") in the first rank prefix marks the agent console's copy of a worker's line
@@ -295,20 +350,35 @@ def read_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Lin
     next_line = 1
 
     scanner = scan.block_scanner()
-    found: list[frozenset[str] | None] = []  # what each pending block's bytes hold
+    found: list[scan.Found | None] = []  # what each pending block's bytes hold
+    hits: list[dict[str, pl.Series] | None] = []  # and the lines its per-line triggers match
 
     def first() -> LineChunk:
         own = pending.pop(0)
+        block = found.pop(0)
+        chunk_hits = _merged(hits[: len(pending) + 1])
+        hits.pop(0)
         return LineChunk(pl.concat([own, *pending]).head(own.height + LOOKAHEAD) if pending else own, own.height,
-                         found.pop(0))
+                         block.present if block else None, chunk_hits)
 
     for data in _blocks_of_lines(path, chunk_bytes):
-        present = scanner.present(data)
-        current = split_lines(data, next_line, present)
+        block = scanner.scan(data)
+        current, block_hits = split_block(data, next_line, block)
         next_line += current.height
         pending.append(current)
-        found.append(present)
+        found.append(block)
+        hits.append(block_hits)
         while len(pending) > 1 and sum(f.height for f in pending[1:]) >= LOOKAHEAD:
             yield first()
     while pending:
         yield first()
+
+
+def _merged(blocks: list[dict[str, pl.Series] | None]) -> dict[str, pl.Series] | None:
+    """One chunk's hits from those of its own block and the blocks its lookahead reaches into."""
+    if any(b is None for b in blocks):
+        return None
+    if len(blocks) == 1:
+        return blocks[0]
+    names = {name for b in blocks for name in b}
+    return {name: pl.concat([b[name] for b in blocks if name in b]) for name in names}

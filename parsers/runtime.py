@@ -229,6 +229,12 @@ def _log_events(own: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([conform("events", events), conform("events", last)])
 
 
+def _holding(own: pl.DataFrame, state: dict, trigger: scan.Trigger) -> pl.DataFrame:
+    """The rows of ``own`` that may hold the trigger's literals: those the scan named, where it did."""
+    mask = scan.holding(own, state.get("hits"), trigger)
+    return own if mask is None else own.filter(mask)
+
+
 def _version_events(own: pl.DataFrame) -> pl.DataFrame:
     """The first line per rank that names the version of torch, NCCL, CUDA or Python."""
     candidates = header_source(own.filter(pl.col("msg").str.contains(r"(?i)version|torch=|Python v")))
@@ -596,7 +602,7 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
     present = state.get("present")
     yield "events", _log_events(own)
     if scan.is_present(present, _VERSION.name):
-        yield "events", _version_events(own)
+        yield "events", _version_events(_holding(own, state, _VERSION))
     ended: set = set()  # (file, line) of the exception lines the tracebacks read
     if scan.is_present(present, _TRACEBACK.name):
         yield from _tracebacks(df, own, ended)
@@ -605,4 +611,4 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
         yield "events", _out_of_memory_lines(own, ended)
     yield from _torchrun_failures(own)
     if scan.is_present(present, _FATAL.name):
-        yield from _fatal_blocks(df, own)
+        yield from _fatal_blocks(df, _holding(own, state, _FATAL))

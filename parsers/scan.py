@@ -22,6 +22,7 @@ then do what they did before the scan, only slower.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import threading
 from collections.abc import Iterable
@@ -42,6 +43,10 @@ class Trigger:
     name: str
     literals: tuple[str, ...]
     caseless: bool = False
+    # Whether the scan also says which lines hold a literal (``Scanner.scan``): worth it for a
+    # trigger few lines hold; one whose literals sit in most lines of a format (every TORCH_LOGS
+    # header names ``_dynamo/``) is only looked for, once per block.
+    per_line: bool = True
 
     def regex(self) -> str:
         """The literals as a Polars (Rust) regex, with the same case folding as the parsers' own."""
@@ -66,36 +71,88 @@ def _byte_pattern(literal: str, caseless: bool) -> bytes:
     return "".join(out).encode("latin-1")
 
 
+@dataclass(frozen=True)
+class Found:
+    """What the scan of a block found: the triggers it holds, and for the per-line triggers the
+    end offsets of their literals' matches (None: not recorded, the block held too many)."""
+
+    present: frozenset[str]
+    ends: dict[str, list[int]] | None
+
+
 class Scanner:
-    """Which of a fixed set of triggers occur in a block of bytes."""
+    """Which of a fixed set of triggers occur in a block of bytes, and where the per-line ones do."""
 
     def __init__(self, triggers: Iterable[Trigger]):
+        triggers = tuple(triggers)
         self.names = tuple(dict.fromkeys(t.name for t in triggers))
-        self._db = None
+        self._db = self._lines_db = None
         # a database has one scratch space: two threads of one process (an API caller's) scan in turn
         self._lock = threading.Lock()
-        patterns = [(t.name, lit, t.caseless) for t in triggers for lit in t.literals]
+        patterns = [(t, lit) for t in triggers for lit in t.literals]
+        self._owner = [t.name for t, _ in patterns]
+        self._per_line = [t.per_line for t, _ in patterns]
         if hyperscan is not None and patterns:
-            self._owner = [name for name, _, _ in patterns]
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            flags = [hyperscan.HS_FLAG_SINGLEMATCH | (hyperscan.HS_FLAG_CASELESS if caseless else 0)
-                     for _, _, caseless in patterns]
-            db.compile(expressions=[_byte_pattern(lit, caseless) for _, lit, caseless in patterns],
-                       ids=list(range(len(patterns))), elements=len(patterns), flags=flags)
-            self._db = db
+            self._db = self._compile(patterns, every_match=False)
+            self._lines_db = self._compile(patterns, every_match=True)
+
+    @staticmethod
+    def _compile(patterns: list[tuple[Trigger, str]], every_match: bool):
+        """One database of every literal; ``every_match``: the per-line triggers' literals report
+        each match (the others still once)."""
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        flags = [(0 if every_match and t.per_line else hyperscan.HS_FLAG_SINGLEMATCH)
+                 | (hyperscan.HS_FLAG_CASELESS if t.caseless else 0) for t, _ in patterns]
+        db.compile(expressions=[_byte_pattern(lit, t.caseless) for t, lit in patterns],
+                   ids=list(range(len(patterns))), elements=len(patterns), flags=flags)
+        return db
 
     def present(self, data: bytes) -> frozenset[str] | None:
         """The names of the triggers ``data`` holds; None where there is no scanner (take all as present)."""
         if self._db is None:
             return None
+        with self._lock:
+            return self._present(data)
+
+    def _present(self, data: bytes) -> frozenset[str]:
         found: set[str] = set()
 
         def seen(pattern: int, start: int, end: int, flags: int, context) -> None:
             found.add(self._owner[pattern])  # once per pattern: HS_FLAG_SINGLEMATCH
 
-        with self._lock:
-            self._db.scan(data, match_event_handler=seen)
+        self._db.scan(data, match_event_handler=seen)
         return frozenset(found)
+
+    def scan(self, data: bytes) -> Found | None:
+        """The triggers ``data`` holds and where the per-line ones match; None where there is no
+        scanner. Matches are recorded up to about one per 400 bytes (a line of a typical log holds
+        one at most): a block holding more is scanned again for presence alone, so that no block
+        costs more than that many calls back."""
+        if self._lines_db is None:
+            return None
+        found: set[str] = set()
+        ends: list[list[int]] = [[] for _ in self._owner]
+        counted = itertools.count()
+        cap = max(4096, len(data) // 400)
+        owner, per_line = self._owner, self._per_line
+
+        def seen(pattern: int, start: int, end: int, flags: int, context) -> bool:
+            if per_line[pattern]:
+                ends[pattern].append(end)
+                return next(counted) > cap  # True stops the scan
+            found.add(owner[pattern])  # once: HS_FLAG_SINGLEMATCH
+            return False
+
+        with self._lock:
+            try:
+                self._lines_db.scan(data, match_event_handler=seen)
+            except hyperscan.ScanTerminated:
+                return Found(self._present(data), None)
+        by_trigger: dict[str, list[int]] = {}
+        for pattern, pattern_ends in enumerate(ends):
+            if pattern_ends:
+                by_trigger.setdefault(owner[pattern], []).extend(pattern_ends)
+        return Found(frozenset(found | by_trigger.keys()), by_trigger)
 
 
 @functools.cache
@@ -124,10 +181,23 @@ def is_present(present: frozenset[str] | None, name: str) -> bool:
     return present is None or name in present
 
 
-def matching(text: pl.Series, trigger: Trigger, exact: str) -> pl.Series:
+def holding(df: pl.DataFrame, hits: dict[str, pl.Series] | None, trigger: Trigger) -> pl.Series | None:
+    """Whether each row of ``df`` (lines with their ``line_no``, of one file) holds one of the
+    trigger's literals, as the scan found (``LineChunk.hits``); None where it is not known."""
+    if hits is None or trigger.per_line is False:
+        return None
+    lines = hits.get(trigger.name)
+    if lines is None:
+        return pl.repeat(False, df.height, eager=True, dtype=pl.Boolean)
+    return df["line_no"].is_in(lines.implode())
+
+
+def matching(text: pl.Series, trigger: Trigger, exact: str, candidates: pl.Series | None = None) -> pl.Series:
     """``text.str.contains(exact)``, with the exact regex run only on the rows that hold one of
-    the trigger's literals (the others cannot match it): one literal pass, then the few candidates."""
-    candidates = text.str.contains(trigger.regex())
+    the trigger's literals (the others cannot match it): ``candidates`` where the scan says which
+    they are, else one literal pass, then the few candidates."""
+    if candidates is None:
+        candidates = text.str.contains(trigger.regex())
     rows = candidates.arg_true()
     if rows.len() == 0:
         return candidates

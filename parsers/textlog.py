@@ -24,7 +24,7 @@ every line) has the Boolean column ``wanted`` that marks them. A parser may also
 scan found none in skips the parser before LINES runs, and LINES runs only on the lines that
 hold one. A parser's ``state`` (a dict) lives as long as the file, or the batch: what it keeps
 there is keyed by file; ``state["present"]`` is what the scan found in the chunk (None: not
-scanned). Blocks of lines (a traceback) end where their file does.
+scanned), ``state["hits"]`` on which lines (``scan.holding``). Blocks of lines (a traceback) end where their file does.
 
 Headers seen in real PyTorch 2.11 logs:
 
@@ -132,10 +132,12 @@ def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     ).drop("_close", "_start", "_time_end", "_stamp", "_level")
 
 
-def _line_masks(df: pl.DataFrame, present: frozenset[str] | None) -> dict[str, pl.Series | None]:
+def _line_masks(df: pl.DataFrame, present: frozenset[str] | None,
+                hits: dict[str, pl.Series] | None) -> dict[str, pl.Series | None]:
     """For each line parser that declares ``LINES`` (a regex every line it reads matches), whether
     each line matches it, before any header is parsed; None for a parser whose ``TRIGGER`` the
-    scan did not find in the chunk (no line of it can match)."""
+    scan did not find in the chunk (no line of it can match). Where the scan says which lines
+    hold a trigger's literals (``hits``), LINES runs on those alone."""
     masks: dict[str, pl.Series | None] = {}
     for p in LINE_PARSERS:
         trigger = getattr(p, "TRIGGER", None)
@@ -144,7 +146,7 @@ def _line_masks(df: pl.DataFrame, present: frozenset[str] | None) -> dict[str, p
         if trigger is None:
             masks[p.__name__] = df.select(pl.col("text").str.contains(p.LINES)).to_series()
         elif scan.is_present(present, trigger.name):
-            masks[p.__name__] = scan.matching(df["text"], trigger, p.LINES)
+            masks[p.__name__] = scan.matching(df["text"], trigger, p.LINES, scan.holding(df, hits, trigger))
         else:
             masks[p.__name__] = None
     return masks
@@ -164,12 +166,14 @@ def _file_lines(source: Source, chunk: LineChunk) -> tuple[pl.DataFrame, int]:
 
 
 def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_ts: datetime | None = None,
-                 present: frozenset[str] | None = None) -> Iterator[tuple[str, pl.DataFrame]]:
+                 present: frozenset[str] | None = None,
+                 hits: dict[str, pl.Series] | None = None) -> Iterator[tuple[str, pl.DataFrame]]:
     """Every line parser's records from a frame of lines: a chunk of one file (``last_ts`` the
-    time its earlier chunks ended on, ``present`` what the scan found in its bytes), or whole
-    small files one after another."""
-    masks = _line_masks(df, present)
+    time its earlier chunks ended on, ``present`` what the scan found in its bytes and ``hits``
+    on which lines), or whole small files one after another."""
+    masks = _line_masks(df, present, hits)
     state["present"] = present
+    state["hits"] = hits
     df = with_headers(df.with_row_index("pos"), year)
     ts_ff, ts_bf = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
     if last_ts is not None:
@@ -195,7 +199,7 @@ def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     state: dict = {}
     for chunk in read_line_chunks(source.path):
         df, own_rows = _file_lines(source, chunk)
-        yield from _parse_frame(df, own_rows, source.year, state, state.get("last_ts"), chunk.present)
+        yield from _parse_frame(df, own_rows, source.year, state, state.get("last_ts"), chunk.present, chunk.hits)
         if own_rows:
             source.lines = int(df["line_no"][own_rows - 1])
 

@@ -82,3 +82,68 @@ def test_split_lines_same_scanned_or_not():
     assert {"lines.bar_end", "lines.cr"} <= present
     assert lines.split_lines(data, 1, present).equals(lines.split_lines(data, 1))
     assert lines.split_lines(data, 1).height == 4  # the bar, the message glued to it, the next line, the empty end
+
+
+def _text_files() -> list[Path]:
+    return [path for root in (SAMPLES, REALWORLD) for path in sorted(root.rglob("*"))
+            if path.suffix in (".log", ".txt", ".out", ".err") and path.is_file() and path.stat().st_size < 8 << 20]
+
+
+def test_hit_lines_are_the_lines_holding_a_literal():
+    """The per-line scan names exactly the lines a trigger's literals are in (its raw bytes, prefix and all)."""
+    per_line = [t for t in scan._DECLARED.values() if t.per_line]
+    found_any = set()
+    for path in _text_files():
+        data = path.read_bytes().rstrip(b"\n")
+        found = scan.block_scanner().scan(data)
+        _, hits = lines.split_block(data, 1, found)
+        raw = lines.line_series(data)
+        for trigger in per_line:
+            want = raw.str.contains(trigger.regex()).arg_true() + 1
+            got = hits.get(trigger.name, pl.Series([], dtype=pl.Int64)).sort()
+            assert got.to_list() == want.to_list(), (path.name, trigger.name)
+            found_any |= {trigger.name} if want.len() else set()
+    assert len(found_any) >= 8  # the corpora hold lines of most triggers
+
+
+def test_hit_lines_where_decoding_changed_a_line():
+    """Invalid UTF-8 (a Latin-1 byte) makes a decoded line longer than its bytes: the lines are then counted in the bytes."""
+    data = (SAMPLES / "hang_dataloader_nccl" / "console.log").read_bytes().rstrip(b"\n")
+    data = data.replace(b"\n", b"\xe9\n", 3)
+    found = scan.block_scanner().scan(data)
+    _, hits = lines.split_block(data, 1, found)
+    raw = lines.line_series(data)
+    assert raw.str.contains("\ufffd").sum() == 3
+    for name, got in hits.items():
+        trigger = scan._DECLARED[name]
+        assert got.sort().to_list() == (raw.str.contains(trigger.regex()).arg_true() + 1).to_list(), name
+
+
+def test_a_block_with_too_many_matches_is_scanned_for_presence_alone():
+    data = b"\n".join([b"[rank0]: mem 12 MiB allocated"] * 20_000)
+    found = scan.block_scanner().scan(data)
+    assert found.ends is None and "memory" in found.present
+    assert found.present == scan.block_scanner().present(data)
+
+
+def test_records_same_with_or_without_the_scans_lines(monkeypatch):
+    """Every text log of both corpora, read in small chunks (lookahead crossing blocks): the records
+    are the same whether the line parsers' regexes run on the lines the scan named or on all."""
+    from postmortem.parsers.source import Source
+
+    def records(path: Path) -> list[tuple[str, pl.DataFrame]]:
+        monkeypatch.setattr(textlog, "read_line_chunks", lambda p: lines.read_line_chunks(p, chunk_bytes=64 << 10))
+        source = Source(path=path, name=path.name, kind="text_log", rank=None, bytes=path.stat().st_size, year=2026)
+        return list(textlog.parse(source))
+
+    checked = 0
+    for path in _text_files():
+        with_hits = records(path)
+        with monkeypatch.context() as m:
+            m.setattr(scan, "holding", lambda df, hits, trigger: None)
+            without = records(path)
+        assert [t for t, _ in with_hits] == [t for t, _ in without], path
+        for (table, a), (_, b) in zip(with_hits, without):
+            assert a.equals(b), (path, table)
+        checked += len(with_hits)
+    assert checked > 1000
