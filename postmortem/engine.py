@@ -67,12 +67,30 @@ class _Template(string.Formatter):
         return ("?" if value is None else value), field_name
 
 
+# An optional part of a template, [[ like this: {field} ]]: written only where every field in it is
+# known, so that an excerpt without ranks or a traceback reads "CUDA out of memory: ..." rather
+# than "rank(s) unknown ran out of CUDA memory at unknown: ...".
+_OPTIONAL = re.compile(r"\[\[(.*?)\]\]", re.S)
+_UNKNOWN = ("", "unknown", "?")
+
+
+def _known(value) -> bool:
+    return value is not None and not (isinstance(value, str) and value.strip() in _UNKNOWN)
+
+
+def _optional_parts(template: str, values: dict) -> str:
+    def part(m: re.Match) -> str:
+        fields = [name for _, name, _, _ in string.Formatter().parse(m[1]) if name]
+        return m[1] if all(_known(values.get(name)) for name in fields) else ""
+    return _OPTIONAL.sub(part, template)
+
+
 def render(template: str, values: dict) -> str:
     # TOML's multi-line strings wrap at the author's width: a single newline is a space,
     # a blank line a paragraph break.
     template = re.sub(r"(?<!\n)\n(?!\n)", " ", template.strip())
     try:
-        return _Template().format(template, **values).strip()
+        return _Template().format(_optional_parts(template, values), **values).strip()
     except (ValueError, IndexError, KeyError) as exc:
         return f"{template.strip()} (template error: {exc})"
 

@@ -73,6 +73,17 @@ def test_templates_take_plain_names_only():
     assert "template error" in engine.render("{rank.__class__}", {"rank": 3})
 
 
+def test_an_optional_part_of_a_template_is_left_out_where_its_fields_are_unknown():
+    template = "CUDA out of memory[[ on rank(s) {ranks}]][[ at {user_line}]]: {figures}"
+    known = {"ranks": "1, 3", "user_line": "train.py:59 in step", "figures": "asking for 2 GiB"}
+    assert engine.render(template, known) == "CUDA out of memory on rank(s) 1, 3 at train.py:59 in step: asking for 2 GiB"
+    # an excerpt pasted without rank prefixes or traceback: no "rank(s) unknown ... at unknown"
+    pasted = {"ranks": "unknown", "user_line": None, "figures": "asking for 2 GiB"}
+    assert engine.render(template, pasted) == "CUDA out of memory: asking for 2 GiB"
+    # a part holding two fields needs both; text outside the brackets is always written
+    assert engine.render("x[[ {a} and {b}]] y {c}", {"a": 1, "b": "", "c": None}) == "x y ?"
+
+
 def test_a_specific_root_cause_turns_the_general_one_into_context():
     general = engine.Finding("rank-crash", "root_cause", "critical", 0.9, [1], "s", [], "r")
     specific = engine.Finding("native-crash", "root_cause", "critical", 0.85, [1], "s", [], "r",
