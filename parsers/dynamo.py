@@ -72,6 +72,7 @@ _SHAPE = re.compile(r"\b(?:size|stride|rank|numel) mismatch|\.size\(\)|\.stride\
                     r"|\bs\d+\b")
 _TYPE = re.compile(r"___check_type_id|___check_obj_id|\btype=<class|TYPE_MATCH|ID_MATCH|\bis not None\b|\bis None\b")
 _TORCH_PATH = re.compile(r"(?:^|/)torch/")
+_THIRD_PARTY = re.compile(r"(?:site|dist)-packages/")
 _FRAMEWORKS = (
     ("nn/parallel/distributed.py", "ddp"),
     ("distributed/fsdp/", "fsdp"),
@@ -165,7 +166,11 @@ def framework_of(location: str | None, frames: list[dict]) -> str | None:
     torch_paths = [p for p in paths if _TORCH_PATH.search(p)]
     if not torch_paths:
         if user is None and location and not is_user_frame(location.rsplit(":", 1)[0]):
-            return "torch" if _TORCH_PATH.search(location) else "stdlib"
+            if _TORCH_PATH.search(location):
+                return "torch"
+            # a third-party library's own line (its traceback cut to that frame) is the user's to act on,
+            # as a call into it would be; Python's standard library is not
+            return None if _THIRD_PARTY.search(location) else "stdlib"
         return None
     for marker, name in _FRAMEWORKS:
         if any(marker in p for p in torch_paths):
@@ -274,6 +279,8 @@ def parse_limit(lines: list[str]) -> dict | None:
 
 _GB_HEAD = re.compile(r"^\s*Graph break (?:\((?P<note>[^)]*)\) )?in user code at (?P<file>.+):(?P<line>\d+)\s*$")
 _GB_OLD = re.compile(r"^\s*Graph break: (?P<reason>.*?) ?from user code at:\s*$")
+# The tail of the `Tensor.item()` warning, logged without the graph_breaks artifact (2.3+)
+_ITEM_TAIL = r"^\s*Graph break: from user code at:\s*$"
 # 2.1-2.5's warn_once of an unsupported builtin (a pybind / C extension call), a Python warning:
 # "Graph break due to unsupported builtin sys.audit. This function is either a Python builtin ..."
 _GB_WARNING = re.compile(r"^\s*(?P<reason>Graph break due to .+?)(?:\.\s+(?P<rest>[A-Z].*))?$")
@@ -294,20 +301,21 @@ def _warned_graph_break(line: str) -> dict | None:
             "framework": None, "attrs": _attrs(headline=_short(m["reason"]), hints=[hint] if hint else [], kind="warning")}
 
 
-def parse_graph_break(lines: list[str]) -> dict | None:
+def parse_graph_break(lines: list[str], item_tail: bool = False) -> dict | None:
     """A graph break's location, reason (headline and explanation), hints and user traceback.
 
     Reads ``Graph break in user code at F:L`` / ``Graph Break Reason:`` (2.5+) or ``Reason:``
     (2.3, 2.4) blocks, ``Graph break: <reason> from user code at:`` (2.1, 2.2, and the tail of the
     ``Tensor.item()`` warning), in TORCH_LOGS or a TORCH_TRACE ``dynamo_graph_break_reason`` payload;
     ``torch._dynamo.explain()``'s ``Break Reason N:`` blocks (the break is where its user stack
-    ends) and the ``Graph break due to unsupported builtin`` warning.
+    ends) and the ``Graph break due to unsupported builtin`` warning. ``item_tail``: the lines are the
+    ``Tensor.item()`` warning's second half, its head cut off.
     """
     if lines[0].lstrip().startswith("Graph break due to "):
         return _warned_graph_break(lines[0])
     head = _GB_HEAD.match(lines[0])
     old = None if head else _GB_OLD.match(lines[0])
-    item = lines[0].lstrip().startswith("Graph break from `Tensor.item()`")
+    item = item_tail or lines[0].lstrip().startswith("Graph break from `Tensor.item()`")
     explain = _GB_EXPLAIN.match(lines[0])
     if not (head or old or item or explain):
         return None
@@ -403,7 +411,8 @@ _BARE_EXC = "|".join(_DYNAMO_EXC + _INDUCTOR_EXC)
 _INDUCTOR_MESSAGE = (r"Found .+ which is too old to be supported by the triton GPU compiler"
                      r"|Cannot find a working triton installation")
 _RAISED = rf"^\s*(?:torch\._(?:dynamo|inductor)\.exc\.\w+|(?:{_BARE_EXC}): |RuntimeError: (?:{_INDUCTOR_MESSAGE}))"
-_PREFILTER = (r"_dynamo[/.]|Graph break|Recompiling function|torch\._inductor\.exc\."
+# (``_dynamo\``: the header's source path on Windows, "site-packages\torch\_dynamo\convert_frame.py:964]")
+_PREFILTER = (r"_dynamo[/.\\]|Graph break|Recompiling function|torch\._inductor\.exc\."
               rf"|{_EXPLAIN_START}|{_LIMIT_CONTINUED}|{_EXPLAIN_CONTINUED}|{_RAISED}|{_BARE_LIMIT}")
 # "[4/1] [__recompiles] " before the body: stripped by a replace, taken apart (once per distinct message).
 _MSG_PREFIX = rf"^(?:\[{_CID}\] )?(?:\[__\w+\] ?)?"
@@ -507,6 +516,9 @@ def _kind() -> pl.Expr:
         .when(body.str.contains(r"^Graph break (?:\([^)]*\) )?in user code at ")).then(pl.lit("graph_break"))
         .when(body.str.starts_with("Graph break from `Tensor.item()`")).then(pl.lit("graph_break"))
         .when(body.str.starts_with("Graph break: ") & (pl.col("art") == "graph_breaks")).then(pl.lit("graph_break"))
+        # "Graph break: from user code at:" outside the graph_breaks artifact: the second half of the
+        # `Tensor.item()` warning (variables/tensor.py), a block of its own only where its head was cut
+        .when(body.str.contains(_ITEM_TAIL)).then(pl.lit("item_tail"))
         .when(body.str.contains("torch._dynamo hit config.", literal=True)
               | body.str.contains("torchdynamo hit config.", literal=True)).then(pl.lit("limit"))
         .when((pl.col("art") == "guards") & (body.str.strip_chars() == "GUARDS:")).then(pl.lit("guards"))
@@ -522,6 +534,15 @@ def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
     key = ["file", "rank", "tee", "cid", "stream"]
     dyn = dyn.with_columns(
         pl.coalesce(pl.col("art"), pl.col("emitter"), pl.lit("")).alias("stream"),
+    )
+    # The `Tensor.item()` warning's "Graph break: from user code at:" continues the block its head
+    # ("Graph break from `Tensor.item()`, consider setting:") began; with the head cut off it is the block.
+    head = pl.when(pl.col("kind").is_not_null() & (pl.col("kind") != "item_tail")).then(
+        pl.col("body").str.starts_with("Graph break from `Tensor.item()`"))
+    dyn = dyn.with_columns(
+        pl.when(pl.col("kind").is_null() | (pl.col("kind") != "item_tail")).then(pl.col("kind"))
+        .when(head.forward_fill().shift(1).over(key).fill_null(False)).then(pl.lit(None))
+        .otherwise(pl.lit("item_tail")).alias("kind"),
     ).with_columns(pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over(key).alias("block"))
     return (
         dyn.filter(pl.col("block") > 0)
@@ -614,8 +635,8 @@ def _parse_block(kind: str, body: list[str]) -> dict | None:
     elif kind == "limit":
         row = parse_limit(body)
         event = "limit_hit"
-    elif kind == "graph_break":
-        row = parse_graph_break(body)
+    elif kind in ("graph_break", "item_tail"):
+        row = parse_graph_break(body, item_tail=kind == "item_tail")
         event = "graph_break"
     elif kind == "guards":
         count, kinds = guard_kinds(body[1:])
@@ -667,7 +688,7 @@ LINES = _PREFILTER
 # A literal of each branch of _PREFILTER: "reason" stands for "reason: ", "reasons: " and "last reason: ",
 # '"File "' for a frame of explain()'s user stack, "_dynamo." for torch._dynamo.exc., "dynamo hit config."
 # for a limit hit quoted alone.
-TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "Graph break", "Recompiling function", "torch._inductor.exc.",
+TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "_dynamo\\", "Graph break", "Recompiling function", "torch._inductor.exc.",
                                   "Break Reason ", "function: '", "reason", "Reason: ", "User Stack:",
                                   "<FrameSummary file ", 'File "', *(f"{e}: " for e in _DYNAMO_EXC + _INDUCTOR_EXC),
                                   "RuntimeError: Found ", "RuntimeError: Cannot find a working triton installation",
