@@ -253,6 +253,13 @@ def parse_recompile_tuple(text: str) -> dict | None:
 def parse_limit(lines: list[str]) -> dict | None:
     """``torch._dynamo hit config.recompile_limit (8)`` with its ``function:`` and ``last reason:`` lines."""
     head = re.search(r"hit config\.(?P<type>\w+) \((?P<limit>\d+)\)", lines[0])
+    old = None if head else re.search(
+        r"hit recompilation cache limit \((?P<limit>\d+)\) for function '(?P<fn>[^']*)' \((?P<file>.+?):(?P<line>\d+)\)"
+        r"(?:, due to the following guard failures: \[\[(?P<q>['\"])(?P<guard>.*?)(?P=q)\])?", lines[0])
+    if old:  # one line: the frame, then every cache entry's failed guards (the first is kept)
+        head = {"type": "cache_size_limit", "limit": old["limit"]}
+        lines = [lines[0], f"function: '{old['fn']}' ({old['file']}:{old['line']})"] + (
+            [f"reasons: {old['guard']}"] if old["guard"] else [])
     if not head:
         return None
     fn = reason = None
@@ -399,6 +406,10 @@ _EXPLAIN_START = r"^\s*Break Reason \d+:\s*$"
 _LIMIT_CONTINUED = r"^\s+(?:function: '|reasons?: |last reason: )"
 # The limit hit's message pasted without its log header (the message alone, as a user quotes it)
 _BARE_LIMIT = r"^\s*torch(?:\._)?dynamo hit config\.\w+ \(\d+\)\s*$"
+# torchdynamo's first wording (mid-2022), one line under Python logging's default format:
+# "WARNING:torchdynamo.convert_frame:torchdynamo hit recompilation cache limit (64) for function 'forward'
+# (/…/model.py:381), due to the following guard failures: [['len(alignments) == 0'], ...]"
+_OLD_LIMIT = r"torchdynamo hit recompilation cache limit \(\d+\) for function '"
 _EXPLAIN_CONTINUED = r"^\s+(?:Reason: |User Stack:\s*$|<FrameSummary file |File \"[^\"]+\", line \d+)"
 # Exceptions raised to the user: torch._dynamo.exc.* / torch._inductor.exc.*, those classes by their bare
 # name (then only with the text dynamo appends to its exceptions, see _exceptions), and Inductor's own
@@ -413,7 +424,7 @@ _INDUCTOR_MESSAGE = (r"Found .+ which is too old to be supported by the triton G
 _RAISED = rf"^\s*(?:torch\._(?:dynamo|inductor)\.exc\.\w+|(?:{_BARE_EXC}): |RuntimeError: (?:{_INDUCTOR_MESSAGE}))"
 # (``_dynamo\``: the header's source path on Windows, "site-packages\torch\_dynamo\convert_frame.py:964]")
 _PREFILTER = (r"_dynamo[/.\\]|Graph break|Recompiling function|torch\._inductor\.exc\."
-              rf"|{_EXPLAIN_START}|{_LIMIT_CONTINUED}|{_EXPLAIN_CONTINUED}|{_RAISED}|{_BARE_LIMIT}")
+              rf"|{_EXPLAIN_START}|{_LIMIT_CONTINUED}|{_EXPLAIN_CONTINUED}|{_RAISED}|{_BARE_LIMIT}|{_OLD_LIMIT}")
 # "[4/1] [__recompiles] " before the body: stripped by a replace, taken apart (once per distinct message).
 _MSG_PREFIX = rf"^(?:\[{_CID}\] )?(?:\[__\w+\] ?)?"
 _MSG_FIELDS = rf"^(?:\[(?<cid>{_CID})\] )?(?:\[__(?<art>\w+)\] ?)?"
@@ -469,7 +480,8 @@ def _headless(lines: pl.DataFrame) -> pl.DataFrame:
             "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"), pl.col("ts")).alias("ts"),
         pl.coalesce(o("logger"), pl.format("{}:{}", w("wfile"), w("wline")),
                     pl.when(text.str.contains(_EXPLAIN_START)).then(pl.lit("torch._dynamo.explain"))).alias("emitter"),
-        pl.when(o("logger").is_not_null() | text.str.contains(_BARE_LIMIT)).then(pl.lit("logging"))
+        pl.when(o("logger").is_not_null() | text.str.contains(_BARE_LIMIT) | text.str.contains(_OLD_LIMIT))
+        .then(pl.lit("logging"))
         .when(w("wfile").is_not_null()).then(pl.lit("warning"))
         .when(text.str.contains(_EXPLAIN_START)).then(pl.lit("explain")).alias("_anchor"),
         pl.when(text.str.contains(_LIMIT_CONTINUED)).then(pl.lit("logging"))
@@ -520,7 +532,8 @@ def _kind() -> pl.Expr:
         # `Tensor.item()` warning (variables/tensor.py), a block of its own only where its head was cut
         .when(body.str.contains(_ITEM_TAIL)).then(pl.lit("item_tail"))
         .when(body.str.contains("torch._dynamo hit config.", literal=True)
-              | body.str.contains("torchdynamo hit config.", literal=True)).then(pl.lit("limit"))
+              | body.str.contains("torchdynamo hit config.", literal=True)
+              | body.str.contains(_OLD_LIMIT)).then(pl.lit("limit"))
         .when((pl.col("art") == "guards") & (body.str.strip_chars() == "GUARDS:")).then(pl.lit("guards"))
         .when(body.str.contains(r"^Step 1: torchdynamo start tracing \S+ .+:\d+$")).then(pl.lit("start"))
         .otherwise(pl.lit(None))
@@ -692,7 +705,7 @@ TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "_dynamo\\", "Graph br
                                   "Break Reason ", "function: '", "reason", "Reason: ", "User Stack:",
                                   "<FrameSummary file ", 'File "', *(f"{e}: " for e in _DYNAMO_EXC + _INDUCTOR_EXC),
                                   "RuntimeError: Found ", "RuntimeError: Cannot find a working triton installation",
-                                  "dynamo hit config."),
+                                  "dynamo hit config.", "hit recompilation cache limit ("),
                        per_line=False)  # "_dynamo/" is in the header of every TORCH_LOGS line
 
 
