@@ -410,6 +410,15 @@ _BARE_LIMIT = r"^\s*torch(?:\._)?dynamo hit config\.\w+ \(\d+\)\s*$"
 # "WARNING:torchdynamo.convert_frame:torchdynamo hit recompilation cache limit (64) for function 'forward'
 # (/…/model.py:381), due to the following guard failures: [['len(alignments) == 0'], ...]"
 _OLD_LIMIT = r"torchdynamo hit recompilation cache limit \(\d+\) for function '"
+# torch._dynamo's CompileProfiler report (2.0-2.2): its "Recompilation" table, one row a frame, the
+# frame's recompile count and its guard failures (one a line, the first on the row):
+#   Function                        Recompiles  Recompile Reasons
+#   ----------------------------  ------------  ------------------------------
+#   'forward' (2657887092.py:11)             8  __nn_module_guard_0(L['self'])
+#                                               __nn_module_guard_0(L['self'])
+_PROFILER_RECOMPILES = r"^\s*Function\s+Recompiles\s+Recompile Reasons\s*$"
+_PROFILER_ROW = re.compile(r"^\s*'(?P<fn>[^']*)' \((?P<file>.+?):(?P<line>\d+)\)\s+(?P<n>\d+)\s+(?P<reason>\S.*?)\s*$")
+_PROFILER_MORE = re.compile(r"^\s{8,}(?P<reason>\S.*?)\s*$")
 _EXPLAIN_CONTINUED = r"^\s+(?:Reason: |User Stack:\s*$|<FrameSummary file |File \"[^\"]+\", line \d+)"
 # Exceptions raised to the user: torch._dynamo.exc.* / torch._inductor.exc.*, those classes by their bare
 # name (then only with the text dynamo appends to its exceptions, see _exceptions), and Inductor's own
@@ -424,7 +433,8 @@ _INDUCTOR_MESSAGE = (r"Found .+ which is too old to be supported by the triton G
 _RAISED = rf"^\s*(?:torch\._(?:dynamo|inductor)\.exc\.\w+|(?:{_BARE_EXC}): |RuntimeError: (?:{_INDUCTOR_MESSAGE}))"
 # (``_dynamo\``: the header's source path on Windows, "site-packages\torch\_dynamo\convert_frame.py:964]")
 _PREFILTER = (r"_dynamo[/.\\]|Graph break|Recompiling function|torch\._inductor\.exc\."
-              rf"|{_EXPLAIN_START}|{_LIMIT_CONTINUED}|{_EXPLAIN_CONTINUED}|{_RAISED}|{_BARE_LIMIT}|{_OLD_LIMIT}")
+              rf"|{_EXPLAIN_START}|{_LIMIT_CONTINUED}|{_EXPLAIN_CONTINUED}|{_RAISED}|{_BARE_LIMIT}|{_OLD_LIMIT}"
+              rf"|{_PROFILER_RECOMPILES}")
 # "[4/1] [__recompiles] " before the body: stripped by a replace, taken apart (once per distinct message).
 _MSG_PREFIX = rf"^(?:\[{_CID}\] )?(?:\[__\w+\] ?)?"
 _MSG_FIELDS = rf"^(?:\[(?<cid>{_CID})\] )?(?:\[__(?<art>\w+)\] ?)?"
@@ -637,6 +647,39 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
     return rows
 
 
+def _profiler_recompiles(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
+    """The CompileProfiler report's recompilation table: a ``recompile`` record per frame, whose
+    ``recompiles`` attr is the count the table gives (what recompile-storm counts), its reason the
+    first guard failure listed."""
+    rows = []
+    starts = own.filter(pl.col("text").str.contains(_PROFILER_RECOMPILES))
+    for start in starts.select("file", "pos", "line_no", "rank", "ts_ff").to_dicts():
+        block = following(df, start, EXCEPTION_LOOKAHEAD, first=1).select("text", "line_no").rows()
+        row = None
+        for text, line_no in block:
+            if set(text.strip()) <= {"-", " "} and row is None and text.strip():
+                continue  # the table's rule under its header
+            m = _PROFILER_ROW.match(text)
+            if m:
+                row = {"fn": m["fn"], "file": m["file"], "line": int(m["line"]), "n": int(m["n"]),
+                       "reasons": [m["reason"]], "line_no": line_no}
+                rows.append((start, row))
+            elif row is not None and (more := _PROFILER_MORE.match(text)):
+                row["reasons"].append(more["reason"])
+            else:
+                break
+    out = []
+    for start, row in rows:
+        cls, info = classify_guard(row["reasons"][0])
+        out.append({"rank": start["rank"], "ts": start["ts_ff"], "event": "recompile", "function": row["fn"],
+                    "code_file": row["file"], "code_line": row["line"], "reason": _short(row["reasons"][0]),
+                    "reason_class": cls, "framework": code_framework(row["file"], row["line"]),
+                    "file": start["file"], "line_no": row["line_no"], "source": "torch_logs",
+                    "attrs": _attrs(recompiles=row["n"], failures=len(row["reasons"]), report="compile_profiler",
+                                    **info)})
+    return out
+
+
 def _parse_block(kind: str, body: list[str]) -> dict | None:
     """A block's own fields and event (nothing of where it was logged), or None."""
     if kind == "recompile":
@@ -705,7 +748,7 @@ TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "_dynamo\\", "Graph br
                                   "Break Reason ", "function: '", "reason", "Reason: ", "User Stack:",
                                   "<FrameSummary file ", 'File "', *(f"{e}: " for e in _DYNAMO_EXC + _INDUCTOR_EXC),
                                   "RuntimeError: Found ", "RuntimeError: Cannot find a working triton installation",
-                                  "dynamo hit config.", "hit recompilation cache limit ("),
+                                  "dynamo hit config.", "hit recompilation cache limit (", "Recompile Reasons"),
                        per_line=False)  # "_dynamo/" is in the header of every TORCH_LOGS line
 
 
@@ -720,3 +763,6 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
     exceptions = _exceptions(df, own)
     if exceptions:
         yield "compiles", frame("compiles", exceptions)
+    profiled = _profiler_recompiles(df, own)
+    if profiled:
+        yield "compiles", frame("compiles", profiled)

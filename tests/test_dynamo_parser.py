@@ -537,6 +537,27 @@ cuda eval  tacotron2                          WARNING:torchdynamo.convert_frame:
     assert attrs(hit)["limit_type"] == "cache_size_limit" and attrs(hit)["limit"] == 64
 
 
+def test_the_compile_profilers_recompilation_table_gives_each_frames_count(tmp_path):
+    # pytorch/pytorch#110803: torch._dynamo's CompileProfiler report, one row a frame.
+    log = write_log(tmp_path, """
+Recompilation
+-------------
+These subgraphs were recompiled more than once due to guard failures
+Guard failures indicate some condition assumed to be static by the tracer changed,
+making it unsafe to reuse the compiled program.
+
+Function                        Recompiles  Recompile Reasons
+----------------------------  ------------  ------------------------------
+'forward' (2657887092.py:11)             8  __nn_module_guard_0(L['self'])
+                                            __nn_module_guard_0(L['self'])
+""")
+    (row,) = compiles_of(log, rank=0).iter_rows(named=True)
+    assert (row["event"], row["function"], row["code_file"], row["code_line"]) == (
+        "recompile", "forward", "2657887092.py", 11)
+    assert row["reason"] == "__nn_module_guard_0(L['self'])"
+    assert attrs(row)["recompiles"] == 8 and attrs(row)["failures"] == 2
+
+
 def _sample_lines() -> list[str]:
     from .conftest import SAMPLES
 
