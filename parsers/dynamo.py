@@ -424,13 +424,15 @@ _EXPLAIN_CONTINUED = r"^\s+(?:Reason: |User Stack:\s*$|<FrameSummary file |File 
 # name (then only with the text dynamo appends to its exceptions, see _exceptions), and Inductor's own
 # RuntimeErrors about the GPU or Triton (torch/_inductor/scheduler.py, 2.0-2.5).
 _DYNAMO_EXC = ("Unsupported", "BackendCompilerFailed", "InternalTorchDynamoError", "TorchRuntimeError", "UserError",
-               "UncapturedHigherOrderOpError", "FailOnRecompileLimitHit")
+               "UncapturedHigherOrderOpError", "FailOnRecompileLimitHit", "CacheLimitExceeded")
 _INDUCTOR_EXC = ("InductorError", "LoweringException", "GPUTooOldForTriton", "TritonMissing", "InvalidCxxCompiler",
                  "CppCompileError")
 _BARE_EXC = "|".join(_DYNAMO_EXC + _INDUCTOR_EXC)
 _INDUCTOR_MESSAGE = (r"Found .+ which is too old to be supported by the triton GPU compiler"
                      r"|Cannot find a working triton installation")
-_RAISED = rf"^\s*(?:torch\._(?:dynamo|inductor)\.exc\.\w+|(?:{_BARE_EXC}): |RuntimeError: (?:{_INDUCTOR_MESSAGE}))"
+# (IPython/Jupyter names the exception on its traceback's first line: "CacheLimitExceeded      Traceback (most recent call last)")
+_RAISED = (rf"^\s*(?:torch\._(?:dynamo|inductor)\.exc\.\w+|(?:{_BARE_EXC}): |RuntimeError: (?:{_INDUCTOR_MESSAGE})"
+           rf"|(?:{_BARE_EXC})\s+Traceback \(most recent call last\))")
 # (``_dynamo\``: the header's source path on Windows, "site-packages\torch\_dynamo\convert_frame.py:964]")
 _PREFILTER = (r"_dynamo[/.\\]|Graph break|Recompiling function|torch\._inductor\.exc\."
               rf"|{_EXPLAIN_START}|{_LIMIT_CONTINUED}|{_EXPLAIN_CONTINUED}|{_RAISED}|{_BARE_LIMIT}|{_OLD_LIMIT}"
@@ -581,12 +583,15 @@ _AUGMENTED = ("from user code:", "You can suppress this exception and fall back 
               'Set TORCH_LOGS="+dynamo"', "Set TORCHDYNAMO_VERBOSE")
 _BARE = re.compile(rf"^(?P<type>{_BARE_EXC}): ?(?P<msg>.*)$")
 _INDUCTOR_RAISED = re.compile(rf"^(?P<type>RuntimeError): (?P<msg>(?:{_INDUCTOR_MESSAGE}).*)$")
+_IPYTHON_RAISED = re.compile(rf"^(?P<type>{_BARE_EXC})\s+Traceback \(most recent call last\)(?P<msg>)$")
 
 
 def _raised(text: str) -> tuple[re.Match, str] | None:
-    """The exception a line names and how it was told apart: module-qualified, bare, or Inductor's RuntimeError."""
+    """The exception a line names and how it was told apart: module-qualified, bare, Inductor's RuntimeError,
+    or the class IPython names on its traceback's first line."""
     text = text.strip()
-    for pattern, how in ((_EXCEPTION, "qualified"), (_BARE, "bare"), (_INDUCTOR_RAISED, "inductor")):
+    for pattern, how in ((_EXCEPTION, "qualified"), (_BARE, "bare"), (_INDUCTOR_RAISED, "inductor"),
+                         (_IPYTHON_RAISED, "ipython")):
         m = pattern.match(text)
         if m:
             return m, how
@@ -629,7 +634,7 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
         frames = _frames(user_lines)
         user = innermost_user(frames)
         message = (m["msg"] or "").strip()
-        exc_type = m["type"] if how != "bare" else (
+        exc_type = m["type"] if how not in ("bare", "ipython") else (
             f"torch._{'inductor' if m['type'] in _INDUCTOR_EXC else 'dynamo'}.exc.{m['type']}")
         reason = f"{m['type'].rsplit('.', 1)[-1]}: {message}" if message else m["type"].rsplit(".", 1)[-1]
         if message.endswith("raised:") and lines_after and lines_after[0].strip():
@@ -748,7 +753,8 @@ TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "_dynamo\\", "Graph br
                                   "Break Reason ", "function: '", "reason", "Reason: ", "User Stack:",
                                   "<FrameSummary file ", 'File "', *(f"{e}: " for e in _DYNAMO_EXC + _INDUCTOR_EXC),
                                   "RuntimeError: Found ", "RuntimeError: Cannot find a working triton installation",
-                                  "dynamo hit config.", "hit recompilation cache limit (", "Recompile Reasons"),
+                                  "dynamo hit config.", "hit recompilation cache limit (", "Recompile Reasons",
+                                  "Traceback (most recent call last)"),
                        per_line=False)  # "_dynamo/" is in the header of every TORCH_LOGS line
 
 

@@ -558,6 +558,20 @@ Function                        Recompiles  Recompile Reasons
     assert attrs(row)["recompiles"] == 8 and attrs(row)["failures"] == 2
 
 
+def test_an_ipython_traceback_names_the_dynamo_exception_on_its_first_line(tmp_path):
+    # HomebrewML/HeavyBall#16 (torch 2.5 in Jupyter): the paste is cut before the exception's own last line.
+    log = write_log(tmp_path, """
+---------------------------------------------------------------------------
+CacheLimitExceeded                        Traceback (most recent call last)
+Cell In[21], line 5
+      3 results = []
+      4 for i in range(runs):
+----> 5     result, stats = train_run(1e-3)
+""")
+    (row,) = compiles_of(log, rank=0).filter(pl.col("event") == "failure").iter_rows(named=True)
+    assert attrs(row)["exception_type"] == "torch._dynamo.exc.CacheLimitExceeded"
+
+
 def _sample_lines() -> list[str]:
     from .conftest import SAMPLES
 
