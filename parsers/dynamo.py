@@ -430,7 +430,8 @@ _INDUCTOR_EXC = ("InductorError", "LoweringException", "GPUTooOldForTriton", "Tr
 _BARE_EXC = "|".join(_DYNAMO_EXC + _INDUCTOR_EXC)
 _INDUCTOR_MESSAGE = (r"Found .+ which is too old to be supported by the triton GPU compiler"
                      r"|Cannot find a working triton installation")
-# (IPython/Jupyter names the exception on its traceback's first line: "CacheLimitExceeded      Traceback (most recent call last)")
+# (IPython/Jupyter names the exception on its traceback's first line:
+# "CacheLimitExceeded      Traceback (most recent call last)")
 _RAISED = (rf"^\s*(?:torch\._(?:dynamo|inductor)\.exc\.\w+|(?:{_BARE_EXC}): |RuntimeError: (?:{_INDUCTOR_MESSAGE})"
            rf"|(?:{_BARE_EXC})\s+Traceback \(most recent call last\))")
 # (``_dynamo\``: the header's source path on Windows, "site-packages\torch\_dynamo\convert_frame.py:964]")
@@ -749,7 +750,8 @@ LINES = _PREFILTER
 # A literal of each branch of _PREFILTER: "reason" stands for "reason: ", "reasons: " and "last reason: ",
 # '"File "' for a frame of explain()'s user stack, "_dynamo." for torch._dynamo.exc., "dynamo hit config."
 # for a limit hit quoted alone.
-TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "_dynamo\\", "Graph break", "Recompiling function", "torch._inductor.exc.",
+TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "_dynamo\\", "Graph break", "Recompiling function",
+                                  "torch._inductor.exc.",
                                   "Break Reason ", "function: '", "reason", "Reason: ", "User Stack:",
                                   "<FrameSummary file ", 'File "', *(f"{e}: " for e in _DYNAMO_EXC + _INDUCTOR_EXC),
                                   "RuntimeError: Found ", "RuntimeError: Cannot find a working triton installation",
