@@ -72,6 +72,7 @@ _SHAPE = re.compile(r"\b(?:size|stride|rank|numel) mismatch|\.size\(\)|\.stride\
                     r"|\bs\d+\b")
 _TYPE = re.compile(r"___check_type_id|___check_obj_id|\btype=<class|TYPE_MATCH|ID_MATCH|\bis not None\b|\bis None\b")
 _TORCH_PATH = re.compile(r"(?:^|/)torch/")
+_THIRD_PARTY = re.compile(r"(?:site|dist)-packages/")
 _FRAMEWORKS = (
     ("nn/parallel/distributed.py", "ddp"),
     ("distributed/fsdp/", "fsdp"),
@@ -165,7 +166,11 @@ def framework_of(location: str | None, frames: list[dict]) -> str | None:
     torch_paths = [p for p in paths if _TORCH_PATH.search(p)]
     if not torch_paths:
         if user is None and location and not is_user_frame(location.rsplit(":", 1)[0]):
-            return "torch" if _TORCH_PATH.search(location) else "stdlib"
+            if _TORCH_PATH.search(location):
+                return "torch"
+            # a third-party library's own line (its traceback cut to that frame) is the user's to act on,
+            # as a call into it would be; Python's standard library is not
+            return None if _THIRD_PARTY.search(location) else "stdlib"
         return None
     for marker, name in _FRAMEWORKS:
         if any(marker in p for p in torch_paths):
@@ -248,6 +253,13 @@ def parse_recompile_tuple(text: str) -> dict | None:
 def parse_limit(lines: list[str]) -> dict | None:
     """``torch._dynamo hit config.recompile_limit (8)`` with its ``function:`` and ``last reason:`` lines."""
     head = re.search(r"hit config\.(?P<type>\w+) \((?P<limit>\d+)\)", lines[0])
+    old = None if head else re.search(
+        r"hit recompilation cache limit \((?P<limit>\d+)\) for function '(?P<fn>[^']*)' \((?P<file>.+?):(?P<line>\d+)\)"
+        r"(?:, due to the following guard failures: \[\[(?P<q>['\"])(?P<guard>.*?)(?P=q)\])?", lines[0])
+    if old:  # one line: the frame, then every cache entry's failed guards (the first is kept)
+        head = {"type": "cache_size_limit", "limit": old["limit"]}
+        lines = [lines[0], f"function: '{old['fn']}' ({old['file']}:{old['line']})"] + (
+            [f"reasons: {old['guard']}"] if old["guard"] else [])
     if not head:
         return None
     fn = reason = None
@@ -274,6 +286,8 @@ def parse_limit(lines: list[str]) -> dict | None:
 
 _GB_HEAD = re.compile(r"^\s*Graph break (?:\((?P<note>[^)]*)\) )?in user code at (?P<file>.+):(?P<line>\d+)\s*$")
 _GB_OLD = re.compile(r"^\s*Graph break: (?P<reason>.*?) ?from user code at:\s*$")
+# The tail of the `Tensor.item()` warning, logged without the graph_breaks artifact (2.3+)
+_ITEM_TAIL = r"^\s*Graph break: from user code at:\s*$"
 # 2.1-2.5's warn_once of an unsupported builtin (a pybind / C extension call), a Python warning:
 # "Graph break due to unsupported builtin sys.audit. This function is either a Python builtin ..."
 _GB_WARNING = re.compile(r"^\s*(?P<reason>Graph break due to .+?)(?:\.\s+(?P<rest>[A-Z].*))?$")
@@ -294,20 +308,21 @@ def _warned_graph_break(line: str) -> dict | None:
             "framework": None, "attrs": _attrs(headline=_short(m["reason"]), hints=[hint] if hint else [], kind="warning")}
 
 
-def parse_graph_break(lines: list[str]) -> dict | None:
+def parse_graph_break(lines: list[str], item_tail: bool = False) -> dict | None:
     """A graph break's location, reason (headline and explanation), hints and user traceback.
 
     Reads ``Graph break in user code at F:L`` / ``Graph Break Reason:`` (2.5+) or ``Reason:``
     (2.3, 2.4) blocks, ``Graph break: <reason> from user code at:`` (2.1, 2.2, and the tail of the
     ``Tensor.item()`` warning), in TORCH_LOGS or a TORCH_TRACE ``dynamo_graph_break_reason`` payload;
     ``torch._dynamo.explain()``'s ``Break Reason N:`` blocks (the break is where its user stack
-    ends) and the ``Graph break due to unsupported builtin`` warning.
+    ends) and the ``Graph break due to unsupported builtin`` warning. ``item_tail``: the lines are the
+    ``Tensor.item()`` warning's second half, its head cut off.
     """
     if lines[0].lstrip().startswith("Graph break due to "):
         return _warned_graph_break(lines[0])
     head = _GB_HEAD.match(lines[0])
     old = None if head else _GB_OLD.match(lines[0])
-    item = lines[0].lstrip().startswith("Graph break from `Tensor.item()`")
+    item = item_tail or lines[0].lstrip().startswith("Graph break from `Tensor.item()`")
     explain = _GB_EXPLAIN.match(lines[0])
     if not (head or old or item or explain):
         return None
@@ -391,20 +406,38 @@ _EXPLAIN_START = r"^\s*Break Reason \d+:\s*$"
 _LIMIT_CONTINUED = r"^\s+(?:function: '|reasons?: |last reason: )"
 # The limit hit's message pasted without its log header (the message alone, as a user quotes it)
 _BARE_LIMIT = r"^\s*torch(?:\._)?dynamo hit config\.\w+ \(\d+\)\s*$"
+# torchdynamo's first wording (mid-2022), one line under Python logging's default format:
+# "WARNING:torchdynamo.convert_frame:torchdynamo hit recompilation cache limit (64) for function 'forward'
+# (/…/model.py:381), due to the following guard failures: [['len(alignments) == 0'], ...]"
+_OLD_LIMIT = r"torchdynamo hit recompilation cache limit \(\d+\) for function '"
+# torch._dynamo's CompileProfiler report (2.0-2.2): its "Recompilation" table, one row a frame, the
+# frame's recompile count and its guard failures (one a line, the first on the row):
+#   Function                        Recompiles  Recompile Reasons
+#   ----------------------------  ------------  ------------------------------
+#   'forward' (2657887092.py:11)             8  __nn_module_guard_0(L['self'])
+#                                               __nn_module_guard_0(L['self'])
+_PROFILER_RECOMPILES = r"^\s*Function\s+Recompiles\s+Recompile Reasons\s*$"
+_PROFILER_ROW = re.compile(r"^\s*'(?P<fn>[^']*)' \((?P<file>.+?):(?P<line>\d+)\)\s+(?P<n>\d+)\s+(?P<reason>\S.*?)\s*$")
+_PROFILER_MORE = re.compile(r"^\s{8,}(?P<reason>\S.*?)\s*$")
 _EXPLAIN_CONTINUED = r"^\s+(?:Reason: |User Stack:\s*$|<FrameSummary file |File \"[^\"]+\", line \d+)"
 # Exceptions raised to the user: torch._dynamo.exc.* / torch._inductor.exc.*, those classes by their bare
 # name (then only with the text dynamo appends to its exceptions, see _exceptions), and Inductor's own
 # RuntimeErrors about the GPU or Triton (torch/_inductor/scheduler.py, 2.0-2.5).
 _DYNAMO_EXC = ("Unsupported", "BackendCompilerFailed", "InternalTorchDynamoError", "TorchRuntimeError", "UserError",
-               "UncapturedHigherOrderOpError", "FailOnRecompileLimitHit")
+               "UncapturedHigherOrderOpError", "FailOnRecompileLimitHit", "CacheLimitExceeded")
 _INDUCTOR_EXC = ("InductorError", "LoweringException", "GPUTooOldForTriton", "TritonMissing", "InvalidCxxCompiler",
                  "CppCompileError")
 _BARE_EXC = "|".join(_DYNAMO_EXC + _INDUCTOR_EXC)
 _INDUCTOR_MESSAGE = (r"Found .+ which is too old to be supported by the triton GPU compiler"
                      r"|Cannot find a working triton installation")
-_RAISED = rf"^\s*(?:torch\._(?:dynamo|inductor)\.exc\.\w+|(?:{_BARE_EXC}): |RuntimeError: (?:{_INDUCTOR_MESSAGE}))"
-_PREFILTER = (r"_dynamo[/.]|Graph break|Recompiling function|torch\._inductor\.exc\."
-              rf"|{_EXPLAIN_START}|{_LIMIT_CONTINUED}|{_EXPLAIN_CONTINUED}|{_RAISED}|{_BARE_LIMIT}")
+# (IPython/Jupyter names the exception on its traceback's first line:
+# "CacheLimitExceeded      Traceback (most recent call last)")
+_RAISED = (rf"^\s*(?:torch\._(?:dynamo|inductor)\.exc\.\w+|(?:{_BARE_EXC}): |RuntimeError: (?:{_INDUCTOR_MESSAGE})"
+           rf"|(?:{_BARE_EXC})\s+Traceback \(most recent call last\))")
+# (``_dynamo\``: the header's source path on Windows, "site-packages\torch\_dynamo\convert_frame.py:964]")
+_PREFILTER = (r"_dynamo[/.\\]|Graph break|Recompiling function|torch\._inductor\.exc\."
+              rf"|{_EXPLAIN_START}|{_LIMIT_CONTINUED}|{_EXPLAIN_CONTINUED}|{_RAISED}|{_BARE_LIMIT}|{_OLD_LIMIT}"
+              rf"|{_PROFILER_RECOMPILES}")
 # "[4/1] [__recompiles] " before the body: stripped by a replace, taken apart (once per distinct message).
 _MSG_PREFIX = rf"^(?:\[{_CID}\] )?(?:\[__\w+\] ?)?"
 _MSG_FIELDS = rf"^(?:\[(?<cid>{_CID})\] )?(?:\[__(?<art>\w+)\] ?)?"
@@ -460,7 +493,8 @@ def _headless(lines: pl.DataFrame) -> pl.DataFrame:
             "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"), pl.col("ts")).alias("ts"),
         pl.coalesce(o("logger"), pl.format("{}:{}", w("wfile"), w("wline")),
                     pl.when(text.str.contains(_EXPLAIN_START)).then(pl.lit("torch._dynamo.explain"))).alias("emitter"),
-        pl.when(o("logger").is_not_null() | text.str.contains(_BARE_LIMIT)).then(pl.lit("logging"))
+        pl.when(o("logger").is_not_null() | text.str.contains(_BARE_LIMIT) | text.str.contains(_OLD_LIMIT))
+        .then(pl.lit("logging"))
         .when(w("wfile").is_not_null()).then(pl.lit("warning"))
         .when(text.str.contains(_EXPLAIN_START)).then(pl.lit("explain")).alias("_anchor"),
         pl.when(text.str.contains(_LIMIT_CONTINUED)).then(pl.lit("logging"))
@@ -507,8 +541,12 @@ def _kind() -> pl.Expr:
         .when(body.str.contains(r"^Graph break (?:\([^)]*\) )?in user code at ")).then(pl.lit("graph_break"))
         .when(body.str.starts_with("Graph break from `Tensor.item()`")).then(pl.lit("graph_break"))
         .when(body.str.starts_with("Graph break: ") & (pl.col("art") == "graph_breaks")).then(pl.lit("graph_break"))
+        # "Graph break: from user code at:" outside the graph_breaks artifact: the second half of the
+        # `Tensor.item()` warning (variables/tensor.py), a block of its own only where its head was cut
+        .when(body.str.contains(_ITEM_TAIL)).then(pl.lit("item_tail"))
         .when(body.str.contains("torch._dynamo hit config.", literal=True)
-              | body.str.contains("torchdynamo hit config.", literal=True)).then(pl.lit("limit"))
+              | body.str.contains("torchdynamo hit config.", literal=True)
+              | body.str.contains(_OLD_LIMIT)).then(pl.lit("limit"))
         .when((pl.col("art") == "guards") & (body.str.strip_chars() == "GUARDS:")).then(pl.lit("guards"))
         .when(body.str.contains(r"^Step 1: torchdynamo start tracing \S+ .+:\d+$")).then(pl.lit("start"))
         .otherwise(pl.lit(None))
@@ -522,6 +560,15 @@ def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
     key = ["file", "rank", "tee", "cid", "stream"]
     dyn = dyn.with_columns(
         pl.coalesce(pl.col("art"), pl.col("emitter"), pl.lit("")).alias("stream"),
+    )
+    # The `Tensor.item()` warning's "Graph break: from user code at:" continues the block its head
+    # ("Graph break from `Tensor.item()`, consider setting:") began; with the head cut off it is the block.
+    head = pl.when(pl.col("kind").is_not_null() & (pl.col("kind") != "item_tail")).then(
+        pl.col("body").str.starts_with("Graph break from `Tensor.item()`"))
+    dyn = dyn.with_columns(
+        pl.when(pl.col("kind").is_null() | (pl.col("kind") != "item_tail")).then(pl.col("kind"))
+        .when(head.forward_fill().shift(1).over(key).fill_null(False)).then(pl.lit(None))
+        .otherwise(pl.lit("item_tail")).alias("kind"),
     ).with_columns(pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over(key).alias("block"))
     return (
         dyn.filter(pl.col("block") > 0)
@@ -537,12 +584,15 @@ _AUGMENTED = ("from user code:", "You can suppress this exception and fall back 
               'Set TORCH_LOGS="+dynamo"', "Set TORCHDYNAMO_VERBOSE")
 _BARE = re.compile(rf"^(?P<type>{_BARE_EXC}): ?(?P<msg>.*)$")
 _INDUCTOR_RAISED = re.compile(rf"^(?P<type>RuntimeError): (?P<msg>(?:{_INDUCTOR_MESSAGE}).*)$")
+_IPYTHON_RAISED = re.compile(rf"^(?P<type>{_BARE_EXC})\s+Traceback \(most recent call last\)(?P<msg>)$")
 
 
 def _raised(text: str) -> tuple[re.Match, str] | None:
-    """The exception a line names and how it was told apart: module-qualified, bare, or Inductor's RuntimeError."""
+    """The exception a line names and how it was told apart: module-qualified, bare, Inductor's RuntimeError,
+    or the class IPython names on its traceback's first line."""
     text = text.strip()
-    for pattern, how in ((_EXCEPTION, "qualified"), (_BARE, "bare"), (_INDUCTOR_RAISED, "inductor")):
+    for pattern, how in ((_EXCEPTION, "qualified"), (_BARE, "bare"), (_INDUCTOR_RAISED, "inductor"),
+                         (_IPYTHON_RAISED, "ipython")):
         m = pattern.match(text)
         if m:
             return m, how
@@ -585,7 +635,7 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
         frames = _frames(user_lines)
         user = innermost_user(frames)
         message = (m["msg"] or "").strip()
-        exc_type = m["type"] if how != "bare" else (
+        exc_type = m["type"] if how not in ("bare", "ipython") else (
             f"torch._{'inductor' if m['type'] in _INDUCTOR_EXC else 'dynamo'}.exc.{m['type']}")
         reason = f"{m['type'].rsplit('.', 1)[-1]}: {message}" if message else m["type"].rsplit(".", 1)[-1]
         if message.endswith("raised:") and lines_after and lines_after[0].strip():
@@ -603,6 +653,39 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
     return rows
 
 
+def _profiler_recompiles(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
+    """The CompileProfiler report's recompilation table: a ``recompile`` record per frame, whose
+    ``recompiles`` attr is the count the table gives (what recompile-storm counts), its reason the
+    first guard failure listed."""
+    rows = []
+    starts = own.filter(pl.col("text").str.contains(_PROFILER_RECOMPILES))
+    for start in starts.select("file", "pos", "line_no", "rank", "ts_ff").to_dicts():
+        block = following(df, start, EXCEPTION_LOOKAHEAD, first=1).select("text", "line_no").rows()
+        row = None
+        for text, line_no in block:
+            if set(text.strip()) <= {"-", " "} and row is None and text.strip():
+                continue  # the table's rule under its header
+            m = _PROFILER_ROW.match(text)
+            if m:
+                row = {"fn": m["fn"], "file": m["file"], "line": int(m["line"]), "n": int(m["n"]),
+                       "reasons": [m["reason"]], "line_no": line_no}
+                rows.append((start, row))
+            elif row is not None and (more := _PROFILER_MORE.match(text)):
+                row["reasons"].append(more["reason"])
+            else:
+                break
+    out = []
+    for start, row in rows:
+        cls, info = classify_guard(row["reasons"][0])
+        out.append({"rank": start["rank"], "ts": start["ts_ff"], "event": "recompile", "function": row["fn"],
+                    "code_file": row["file"], "code_line": row["line"], "reason": _short(row["reasons"][0]),
+                    "reason_class": cls, "framework": code_framework(row["file"], row["line"]),
+                    "file": start["file"], "line_no": row["line_no"], "source": "torch_logs",
+                    "attrs": _attrs(recompiles=row["n"], failures=len(row["reasons"]), report="compile_profiler",
+                                    **info)})
+    return out
+
+
 def _parse_block(kind: str, body: list[str]) -> dict | None:
     """A block's own fields and event (nothing of where it was logged), or None."""
     if kind == "recompile":
@@ -614,8 +697,8 @@ def _parse_block(kind: str, body: list[str]) -> dict | None:
     elif kind == "limit":
         row = parse_limit(body)
         event = "limit_hit"
-    elif kind == "graph_break":
-        row = parse_graph_break(body)
+    elif kind in ("graph_break", "item_tail"):
+        row = parse_graph_break(body, item_tail=kind == "item_tail")
         event = "graph_break"
     elif kind == "guards":
         count, kinds = guard_kinds(body[1:])
@@ -667,11 +750,13 @@ LINES = _PREFILTER
 # A literal of each branch of _PREFILTER: "reason" stands for "reason: ", "reasons: " and "last reason: ",
 # '"File "' for a frame of explain()'s user stack, "_dynamo." for torch._dynamo.exc., "dynamo hit config."
 # for a limit hit quoted alone.
-TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "Graph break", "Recompiling function", "torch._inductor.exc.",
+TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "_dynamo\\", "Graph break", "Recompiling function",
+                                  "torch._inductor.exc.",
                                   "Break Reason ", "function: '", "reason", "Reason: ", "User Stack:",
                                   "<FrameSummary file ", 'File "', *(f"{e}: " for e in _DYNAMO_EXC + _INDUCTOR_EXC),
                                   "RuntimeError: Found ", "RuntimeError: Cannot find a working triton installation",
-                                  "dynamo hit config."),
+                                  "dynamo hit config.", "hit recompilation cache limit (", "Recompile Reasons",
+                                  "Traceback (most recent call last)"),
                        per_line=False)  # "_dynamo/" is in the header of every TORCH_LOGS line
 
 
@@ -686,3 +771,6 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
     exceptions = _exceptions(df, own)
     if exceptions:
         yield "compiles", frame("compiles", exceptions)
+    profiled = _profiler_recompiles(df, own)
+    if profiled:
+        yield "compiles", frame("compiles", profiled)

@@ -43,7 +43,10 @@ MAX_LINE_CHARS = 64 << 10
 #   [80746] [rank0]:...                  a line or pid number before a rank prefix (a log viewer's copy)
 #   [1,3]<stderr>:...                    mpirun --tag-output: [job,rank]<stream>:  (horovodrun: [rank]<stream>:)
 #   [default3]:[rank3]:...               torchrun's --tee prefix, then the rank's own prefix
-_PREFIX = (r"^(?: *(?<s0>\d{1,6}): )?(?:[\w.-]+ \[(?:stdout|stderr)\] )?"
+#   (RayWorkerWrapper pid=4009) ...      Ray's tag of a worker process's output (name, pid, perhaps its ip),
+#   (EngineCore_DP0 pid=1251450) ...     and vLLM's multiprocess executor's, which copies it
+_PROCESS_TAG = r"(?:\((?:[\w.-]+ )?pid=\d+(?:, ip=[\d.]+)?\) )?"
+_PREFIX = (rf"^{_PROCESS_TAG}(?: *(?<s0>\d{{1,6}}): )?(?:[\w.-]+ \[(?:stdout|stderr)\] )?"
            r"(?:\[\d+\] \[(?<w0>[A-Za-z_]+)(?<n0>\d+)\]:|\[(?:\d+,)?(?<m0>\d+)\]<(?:stdout|stderr)>:)?"
            r"(?:\[(?<w1>[A-Za-z_]+)(?<n1>\d+)\]:)?(?:\[(?<w2>[A-Za-z_]+)(?<n2>\d+)\]:)?")
 
@@ -129,7 +132,8 @@ def header_source(df: pl.DataFrame) -> pl.DataFrame:
                            pl.coalesce(second.str.strip_chars_start(" "), first).alias("src"))
 
 
-_PREFIXES = (r"^(?: *\d{1,6}: )?(?:[\w.-]+ \[(?:stdout|stderr)\] )?(?:\[\d+\] \[[A-Za-z_]+\d+\]:|\[(?:\d+,)?\d+\]<(?:stdout|stderr)>:)?"
+_PREFIXES = (rf"^{_PROCESS_TAG}(?: *\d{{1,6}}: )?(?:[\w.-]+ \[(?:stdout|stderr)\] )?"
+             r"(?:\[\d+\] \[[A-Za-z_]+\d+\]:|\[(?:\d+,)?\d+\]<(?:stdout|stderr)>:)?"
              r"(?:\[[A-Za-z_]+\d+\]:){0,2}")
 # A byte no log line holds in practice: the CSV reader's separator when it splits lines.
 _NO_SEPARATOR = b"\x1f"

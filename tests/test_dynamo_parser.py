@@ -472,6 +472,106 @@ def test_a_failure_logged_under_suppress_errors_is_not_raised(tmp_path):
 # ------------------------------------------------------------------ never raises
 
 
+def test_the_tensor_item_warnings_tail_is_a_break_where_its_head_was_cut(tmp_path):
+    # sgl-project/SpecForge#222: the PR quotes the warning from its second line on, so the block's
+    # "Graph break from `Tensor.item()`" head is gone; its "Graph break: from user code at:" tail is the break.
+    log = write_log(tmp_path, """
+[rank1]:W0906 20:38:55.305000 5696 torch/_dynamo/variables/tensor.py:1047] [7/0]     torch._dynamo.config.capture_scalar_outputs = True
+[rank1]:W0906 20:38:55.305000 5696 torch/_dynamo/variables/tensor.py:1047] [7/0] or:
+[rank1]:W0906 20:38:55.305000 5696 torch/_dynamo/variables/tensor.py:1047] [7/0]     env TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1
+[rank1]:W0906 20:38:55.305000 5696 torch/_dynamo/variables/tensor.py:1047] [7/0] to include these operations in the captured graph.
+[rank1]:W0906 20:38:55.305000 5696 torch/_dynamo/variables/tensor.py:1047] [7/0]
+[rank1]:W0906 20:38:55.305000 5696 torch/_dynamo/variables/tensor.py:1047] [7/0] Graph break: from user code at:
+[rank1]:W0906 20:38:55.305000 5696 torch/_dynamo/variables/tensor.py:1047] [7/0]   File "/home/user/SpecForge/.venv/lib/python3.12/site-packages/specforge/core/eagle3.py", line 789, in _compute_metric_acc
+[rank1]:W0906 20:38:55.305000 5696 torch/_dynamo/variables/tensor.py:1047] [7/0]     ).sum().item() / (loss_mask.sum().item() + 1e-6)
+""", name="console.log")
+    (row,) = compiles_of(log).iter_rows(named=True)
+    assert (row["event"], row["rank"], row["attempt"]) == ("graph_break", 1, "7/0")
+    assert row["reason"] == "Graph break from `Tensor.item()`"
+    assert (row["function"], row["code_line"]) == ("_compute_metric_acc", 789)
+    # a third-party library's own line (no user frame below it) is not the standard library: the break is the user's
+    assert row["framework"] is None
+
+
+def test_the_tensor_item_warning_whole_is_one_break_not_two(tmp_path):
+    # rusty1s/pytorch_scatter#457: head and tail of one warning, one record.
+    log = write_log(tmp_path, """
+W0811 21:16:49.580000 11928 torch/_dynamo/variables/tensor.py:776] [0/0] Graph break from `Tensor.item()`, consider setting:
+W0811 21:16:49.580000 11928 torch/_dynamo/variables/tensor.py:776] [0/0]     torch._dynamo.config.capture_scalar_outputs = True
+W0811 21:16:49.580000 11928 torch/_dynamo/variables/tensor.py:776] [0/0] or:
+W0811 21:16:49.580000 11928 torch/_dynamo/variables/tensor.py:776] [0/0]     env TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1
+W0811 21:16:49.580000 11928 torch/_dynamo/variables/tensor.py:776] [0/0] to include these operations in the captured graph.
+W0811 21:16:49.580000 11928 torch/_dynamo/variables/tensor.py:776] [0/0] 
+W0811 21:16:49.580000 11928 torch/_dynamo/variables/tensor.py:776] [0/0] Graph break: from user code at:
+W0811 21:16:49.580000 11928 torch/_dynamo/variables/tensor.py:776] [0/0]   File "/workspaces/molcrafts/molpot/src/molpot/potential/base.py", line 32, in forward
+W0811 21:16:49.580000 11928 torch/_dynamo/variables/tensor.py:776] [0/0]     inputs = module(inputs)
+""")
+    (row,) = compiles_of(log, rank=0).iter_rows(named=True)
+    assert row["event"] == "graph_break" and attrs(row)["kind"] == "item_warning"
+    assert row["user_frame"] == "/workspaces/molcrafts/molpot/src/molpot/potential/base.py:32"
+
+
+def test_a_limit_hit_logged_on_windows_keeps_its_function_and_reason_lines(tmp_path):
+    # deepbeepmeep/Wan2GP#653: the header's source path has backslashes.
+    log = write_log(tmp_path, r"""
+W0810 18:28:53.521000 10244 site-packages\torch\_dynamo\convert_frame.py:964] [2/256] torch._dynamo hit config.accumulated_recompile_limit (256)
+W0810 18:28:53.521000 10244 site-packages\torch\_dynamo\convert_frame.py:964] [2/256]    function: 'check_empty_cuda_cache' (C:\Users\user\.conda\envs\Wan2GP\lib\site-packages\mmgp\offload.py:2261)
+W0810 18:28:53.521000 10244 site-packages\torch\_dynamo\convert_frame.py:964] [2/256]    last reason: 2/255: len(args) == 1
+""")
+    (hit,) = compiles_of(log, rank=0).iter_rows(named=True)
+    assert (hit["event"], hit["attempt"], hit["function"], hit["code_line"]) == (
+        "limit_hit", "2/256", "check_empty_cuda_cache", 2261)
+    assert hit["reason"] == "len(args) == 1"
+    assert attrs(hit)["limit_type"] == "accumulated_recompile_limit" and attrs(hit)["limit"] == 256
+
+
+def test_torchdynamos_first_limit_wording_of_2022(tmp_path):
+    # pytorch/torchdynamo#330 (June 2022): one line, under Python logging's default format, cut by the paste.
+    log = write_log(tmp_path, """
+cuda eval  tacotron2                          WARNING:torchdynamo.convert_frame:torchdynamo hit recompilation cache limit (64) for function 'forward' (/home/user/torchbenchmark/torchbenchmark/models/tacotron2/model.py:381), due to the following guard failures: [['len(alignments) == 0'], ['len(alignments) == 0'], ['len(alignments) == 0'],
+""")
+    (hit,) = compiles_of(log, rank=0).iter_rows(named=True)
+    assert (hit["event"], hit["function"], hit["code_line"]) == ("limit_hit", "forward", 381)
+    assert hit["code_file"] == "/home/user/torchbenchmark/torchbenchmark/models/tacotron2/model.py"
+    assert hit["reason"] == "len(alignments) == 0"
+    assert attrs(hit)["limit_type"] == "cache_size_limit" and attrs(hit)["limit"] == 64
+
+
+def test_the_compile_profilers_recompilation_table_gives_each_frames_count(tmp_path):
+    # pytorch/pytorch#110803: torch._dynamo's CompileProfiler report, one row a frame.
+    log = write_log(tmp_path, """
+Recompilation
+-------------
+These subgraphs were recompiled more than once due to guard failures
+Guard failures indicate some condition assumed to be static by the tracer changed,
+making it unsafe to reuse the compiled program.
+
+Function                        Recompiles  Recompile Reasons
+----------------------------  ------------  ------------------------------
+'forward' (2657887092.py:11)             8  __nn_module_guard_0(L['self'])
+                                            __nn_module_guard_0(L['self'])
+""")
+    (row,) = compiles_of(log, rank=0).iter_rows(named=True)
+    assert (row["event"], row["function"], row["code_file"], row["code_line"]) == (
+        "recompile", "forward", "2657887092.py", 11)
+    assert row["reason"] == "__nn_module_guard_0(L['self'])"
+    assert attrs(row)["recompiles"] == 8 and attrs(row)["failures"] == 2
+
+
+def test_an_ipython_traceback_names_the_dynamo_exception_on_its_first_line(tmp_path):
+    # HomebrewML/HeavyBall#16 (torch 2.5 in Jupyter): the paste is cut before the exception's own last line.
+    log = write_log(tmp_path, """
+---------------------------------------------------------------------------
+CacheLimitExceeded                        Traceback (most recent call last)
+Cell In[21], line 5
+      3 results = []
+      4 for i in range(runs):
+----> 5     result, stats = train_run(1e-3)
+""")
+    (row,) = compiles_of(log, rank=0).filter(pl.col("event") == "failure").iter_rows(named=True)
+    assert attrs(row)["exception_type"] == "torch._dynamo.exc.CacheLimitExceeded"
+
+
 def _sample_lines() -> list[str]:
     from .conftest import SAMPLES
 

@@ -276,6 +276,15 @@ def test_megatron_nan_iteration_counter_above_zero_is_non_finite_loss(tmp_path):
     assert "at step 3384" in _finding(report, "non-finite-loss")["summary"]
 
 
+def test_megatrons_nan_check_in_the_local_grad_norm_that_raised_is_non_finite_loss(tmp_path):
+    # alibaba/Pai-Megatron-Patch#60 (Megatron's check_for_nan_in_grad asserting in the backward pass;
+    # node name re-rendered): an explicit non-finite check that raised, not a rank that merely crashed.
+    report = _analyze(tmp_path, "train.log", "Traceback (most recent call last):",
+                      "    assert not total_norm.isnan(), (",
+                      "AssertionError: Rank 3: found NaN in local grad norm in backwards pass. Device: 3, node: node01")
+    assert report["verdict"]["signature"] == "non-finite-loss"
+
+
 def test_megatron_healthy_iterations_are_not_a_finding(tmp_path):
     assert _finding(_analyze(tmp_path, "train.log", *_MEGATRON_HEALTHY), "non-finite-loss") is None
 

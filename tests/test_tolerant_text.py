@@ -52,6 +52,27 @@ def test_launcher_prefixes_give_the_rank_and_are_cut_off_the_text():
     assert [t[:6] for t in frame["text"]] == ["[E321 ", "[E909 ", "2021-0", "test_c", " Trace"]
 
 
+def test_rays_and_vllms_process_tag_is_a_prefix_cut_off_the_text():
+    unsupported = ("torch._dynamo.exc.Unsupported: Logger not supported for non-export cases. To avoid graph breaks "
+                   "caused by logger in compile-mode, it is recommended to disable logging by adding logging methods "
+                   "to config.ignore_logger_methods")
+    frame_line = ('   File "/home/user/vllm-source/vllm/model_executor/models/deepseek_v2.py", line 1164, in forward')
+    watchdog = ("[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+                "WorkNCCL(SeqNum=158046, OpType=GATHER, NumelIn=2867200, NumelOut=0, Timeout(ms)=600000) ran for "
+                "600027 milliseconds before timing out.")
+    lines = [
+        # vllm-project/vllm#28249: vLLM's multiprocess executor tags each line like Ray does
+        f"(EngineCore_DP0 pid=1251450) {unsupported}",
+        "(EngineCore_DP0 pid=1251450) ",
+        f"(EngineCore_DP0 pid=1251450) {frame_line}",
+        # vllm-project/vllm#5484: a Ray worker's tag before torch's own rank prefix
+        f"(RayWorkerWrapper pid=4009) [rank1]:{watchdog}",
+    ]
+    frame = split_lines("\n".join(lines), 1)
+    assert frame["rank"].to_list() == [None, None, None, 1]
+    assert frame["text"].to_list() == [unsupported, "", frame_line, watchdog]
+
+
 def test_srun_label_prefix_gives_the_task_as_rank_under_any_inner_prefix():
     # sample_logs/rank_exception_srun_label (srun --label style: "<task>: " before each line)
     lines = [
