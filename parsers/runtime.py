@@ -140,6 +140,19 @@ _LAUNCHED = (r"--local_rank=(?<lr>\d+)\b.*(?:exits with return code = (?<code>-?
              r"|died with <Signals\.SIG\w+: (?<signum>\d+)>)")
 
 
+# The same launcher line when the command it quotes names no local rank (a user who cut the
+# command out: "CalledProcessError: Command XXXXX (my script params) died with <Signals.SIGSEGV:
+# 11>."): the worker's death by that signal, which worker it was the line does not say.
+_LAUNCHER_SIGNAL = re.compile(r"died with <Signals\.(SIG\w+): \d+>")
+
+
+def _launcher_signal(text: str) -> str | None:
+    """The signal a launcher's CalledProcessError says its worker died of, where no local rank is named
+    (one that names it is an agent_failure, given its rank by ``ranks_from_local_ranks``)."""
+    m = _LAUNCHER_SIGNAL.search(text)
+    return m[1] if m and "--local_rank=" not in text else None
+
+
 # c10d's process-group creation waiting for the others (torch <= 2.2): "Waiting in store based
 # barrier to initialize process group for rank: 2, key: store_based_barrier_key:2 (world_size=8,
 # worker_count=7, timeout=0:30:00)"
@@ -347,6 +360,9 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterator[tup
         if start["rank"] is not None:
             failures.append({**common, "line_no": last["line_no"], "exception_type": exc_type,
                              "message": _short(exc_msg), "source": "traceback"})
+        if sig := _launcher_signal(last["text"]):
+            failures.append({**common, "line_no": last["line_no"], "signal": sig, "exception_type": exc_type,
+                             "message": _short(exc_msg), "source": "signal"})
         for depth, f in enumerate(reversed(frames)):
             stacks.append({"rank": start["rank"], "pid": start["pid"], "thread": "MainThread", "depth": depth,
                            "function": f["function"], "file": f["file"], "line": f["line"],
@@ -409,6 +425,9 @@ def _bare_exceptions(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterato
         if row["rank"] is not None:
             failures.append({**common, "exception_type": exc_type, "message": _short((exc["msg"] or "") if exc else text),
                              "source": "exception_line"})
+        if sig := _launcher_signal(text):
+            failures.append({**common, "signal": sig, "exception_type": exc_type,
+                             "message": _short((exc["msg"] or "") if exc else text), "source": "signal"})
     yield "events", frame("events", events)
     yield "failures", frame("failures", failures)
 

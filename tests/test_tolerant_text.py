@@ -138,6 +138,27 @@ def test_a_bracketed_asctime_header_gives_time_and_level(tmp_path):
     assert json.loads(failure[0]["attrs"]) == {"exit_code": -9, "local_rank": 0}
 
 
+def test_a_launcher_error_naming_a_signal_but_no_local_rank_is_a_rankless_crash_by_that_signal(tmp_path):
+    # m_pytorch_launch_sigsegv_29889: torch.distributed.launch's CalledProcessError, the user's command
+    # cut out of it, so no --local_rank says which worker died
+    text = ("Traceback (most recent call last):\n"
+            '  File "/home/user/.conda/envs/pytorch/lib/python3.7/site-packages/torch/distributed/launch.py", '
+            "line 249, in main\n"
+            "    cmd=cmd)\n"
+            "subprocess.CalledProcessError: Command XXXXX (my script params) died with <Signals.SIGSEGV: 11>.\n")
+    tables = parse_text(tmp_path, text)
+    (crash,) = [f for f in tables["failures"].to_dicts() if f["source"] == "signal"]
+    assert crash["signal"] == "SIGSEGV" and crash["rank"] is None
+    # the same error as a bare line, with no traceback above it
+    (bare,) = [f for f in parse_text(tmp_path, text.splitlines()[-1] + "\n")["failures"].to_dicts()
+               if f["source"] == "signal"]
+    assert bare["signal"] == "SIGSEGV"
+    # one that names the worker's local rank is the agent's failure of that rank, not a second crash
+    named = ("subprocess.CalledProcessError: Command '['/usr/bin/python3', '-u', 'train.py', '--local_rank=7']' "
+             "died with <Signals.SIGSEGV: 11>.\n")  # m_pytorch_launch_sigsegv_61839
+    assert not [f for f in parse_text(tmp_path, named)["failures"].to_dicts() if f["source"] == "signal"]
+
+
 def test_a_bare_exception_line_is_an_exception_with_its_rank_and_message_tail(tmp_path):
     # m_msswift_oom_rank1_2044: the excerpt holds the OOM line with no traceback header above it
     text = ("[rank1]:     per_token_logps = torch.gather(logits.log_softmax(-1), dim=2, index=labels.unsqueeze(2))\n"
