@@ -51,7 +51,13 @@ _BARE_EXCEPTION = (r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Fa
 # Messages PyTorch only ever raises, printed without their class by a loop that logs str(error)
 # (or pasted so): at the start of the line, they are the error, not a quote of it. DDP's reducer
 # (torch/csrc/distributed/c10d/reducer.cpp, REDUCER_CHECK, every version since 1.1).
-_CLASSLESS_ERROR = r"^\s*Expected to have finished reduction in the prior iteration before starting a new one"
+# The same error's last lines, which name the rank and its parameters ("Parameter indices which
+# did not receive grad for rank 1: 17 18 ...", and with TORCH_DISTRIBUTED_DEBUG the names'
+# "Parameters which did not receive grad for rank 1: ..."), pasted without the lines above them.
+_DDP_UNUSED_TAIL = r"Parameter(?:s| indices) which did not receive grad for rank \d+:"
+_CLASSLESS_ERROR = (r"^\s*(?:Expected to have finished reduction in the prior iteration before starting a new one"
+                    r"|" + _DDP_UNUSED_TAIL + r")")
+_DDP_UNUSED_HEAD = "Expected to have finished reduction in the prior iteration"
 _TABLE_FIELD = re.compile(r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
 _TABLE_ENTRY = re.compile(r"^\[(?P<rank>\d+)\]:$")
 
@@ -412,6 +418,9 @@ def _bare_exceptions(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterato
         exc = _EXCEPTION.match(text)
         exc_type = exc["type"] if exc else None
         above = _rows(df.slice(max(row["pos"] - 60, 0), min(row["pos"], 60)).filter(pl.col("file") == row["file"]))
+        if re.match(r"\s*" + _DDP_UNUSED_TAIL, text) and any(
+                _DDP_UNUSED_HEAD in r["text"] for r in above[-MESSAGE_TAIL_LINES:] if r["rank"] == row["rank"]):
+            continue  # the message's tail, under its own first line: that line's exception holds it
         frames = _frames_above(above, row)
         user = next((f for f in reversed(frames) if is_user_frame(f["file"])), None)
         tail = _message_tail(_rows(following(df, row, MESSAGE_TAIL_LINES, first=1)), row)

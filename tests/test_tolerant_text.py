@@ -334,6 +334,22 @@ def test_an_nccl_header_whose_host_was_blanked_out_still_reads_the_warn(tmp_path
     assert warn["message"].startswith("XML Import Channel : dev 1 not found") and warn["pid"] == 16674
 
 
+def test_ddps_unused_parameter_lines_pasted_alone_are_the_error_and_under_the_message_its_tail(tmp_path, sample):
+    # m_octformer_ddp_unused_indices_line_only_20: the issue holds only the reducer message's last line
+    line = ("Parameter indices which did not receive grad for rank 1: 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 "
+            "33 34 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 67 68 69 70 71 72 73 74 75 76 77 78 79 80 ...\n")
+    (exc,) = events(parse_text(tmp_path, line), "exception")
+    assert exc["message"].startswith("Parameter indices which did not receive grad for rank 1:")
+    (tmp_path / "console.log").write_text(line)
+    report = api.analyze(tmp_path, keep=False)
+    assert report["verdict"]["signature"] == "ddp-unused-parameters" and "17 18 19" in report["verdict"]["summary"]
+    # under the message's first line (sample_logs/ddp_unused_parameters: "[rank0]: Parameter indices which
+    # did not receive grad for rank 0: 6 7" ends rank 0's RuntimeError) it is that exception's tail, not a second one
+    con, run_id, _ = api.load(sample("ddp_unused_parameters"))
+    assert con.execute("SELECT count(*) FROM events WHERE run_id = ? AND kind = 'exception' "
+                       "AND message LIKE 'Parameter%which did not receive grad%'", [run_id]).fetchone()[0] == 0
+
+
 def test_ddps_reducer_message_printed_without_its_class_is_the_error_but_not_when_quoted(tmp_path):
     # m_yolox_ddp_unused_convnext_885: the reporter's log is DDP's message alone, no "RuntimeError:"
     report = api.analyze(REALWORLD / "m_yolox_ddp_unused_convnext_885", keep=False)
