@@ -471,14 +471,47 @@ _RESULT_CLASSES = {"ncclUnhandledCudaError": "cuda_failure", "ncclSystemError": 
                    "ncclInvalidUsage": "invalid_usage", "ncclRemoteError": "remote_error"}
 
 
+# The report's first line on its own (a user who pasted only it, a log that cut the rest, torch
+# before 1.10 that printed no result code): "NCCL error in: <file>:<line>, <ncclGetErrorString>
+# [(run with NCCL_DEBUG=INFO for details)], NCCL version V" (the version since torch 1.5). Its
+# class is the result string's, as NCCL's ncclGetErrorString words it.
+_NCCL_ERROR_LINE_MARKER = "NCCL error in: "
+_NCCL_ERROR_LINE = (r"NCCL error in: \S+:\d+, (?<reason>unhandled cuda error|unhandled system error|internal error"
+                    r"|invalid argument|invalid usage|remote process exited or there was a network error)"
+                    r"[^,]*(?:, NCCL version|\s*$)")
+_REASON_CLASSES = {"unhandled cuda error": "cuda_failure", "unhandled system error": "system_error",
+                   "internal error": "internal_error", "invalid argument": "invalid_usage",
+                   "invalid usage": "invalid_usage",
+                   "remote process exited or there was a network error": "remote_error"}
+
+
+def _lone_report_events(df: pl.DataFrame, own: pl.DataFrame, reported: pl.Series) -> pl.DataFrame:
+    """An ``nccl_error`` event for each "NCCL error in: ..." line whose result-code line does
+    not follow it (``reported``: the positions of those that do)."""
+    found = own.filter(pl.col("msg").str.contains(_NCCL_ERROR_LINE_MARKER, literal=True)).with_columns(
+        pl.col("msg").str.extract(_NCCL_ERROR_LINE, 1).alias("reason")).filter(
+        pl.col("reason").is_not_null() & ~(pl.col("pos").cast(pl.Int64) + 1).is_in(reported.implode()))
+    if found.is_empty():
+        return conform("events", found.clear())
+    return conform("events", header_source(found).select(
+        "rank", "ts", "line_no", "level", pl.col("src").alias("source"), pl.lit("nccl_error").alias("kind"),
+        pl.col("msg").str.strip_chars().str.slice(0, 2000).alias("message"), "pid",
+        json_attrs(error_class=pl.col("reason").replace_strict(_REASON_CLASSES, default="other",
+                                                               return_dtype=pl.String)).alias("attrs"),
+        "file",
+    ))
+
+
 def _nccl_error_events(df: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
     """One ``nccl_error`` event per PyTorch report of a failed NCCL call, at its result-code line,
     its message the report's lines joined: the "NCCL error" line before it (when whole), the
-    code's meaning, and NCCL's last error after "Last error:"."""
+    code's meaning, and NCCL's last error after "Last error:"; and one for each report's first
+    line that no result-code line follows."""
     found = own.filter(pl.col("msg").str.contains_any(_NCCL_RESULT_MARKERS)).with_columns(
         pl.col("msg").str.extract(_NCCL_RESULT, 1).alias("code")).filter(pl.col("code").is_not_null())
+    lone = _lone_report_events(df, own, found["pos"].cast(pl.Int64))
     if found.is_empty():
-        return conform("events", found.clear())
+        return lone
     found = found.with_columns(pl.col("pos").cast(pl.Int64).alias("_pos"))
     wanted = pl.concat([found["_pos"] + k for k in (-1, 1, 2)]).implode()
     nearby = df.select(pl.col("pos").cast(pl.Int64).alias("_pos"), "file", "msg").filter(pl.col("_pos").is_in(wanted))
@@ -492,7 +525,7 @@ def _nccl_error_events(df: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
     found = header_source(found.with_columns(before.alias("_before"), last.alias("_last")))
     by_last = _error_class(pl.coalesce(pl.col("_last"), pl.lit("")))
     by_code = pl.col("code").replace_strict(_RESULT_CLASSES, default="other", return_dtype=pl.String)
-    return conform("events", found.select(
+    return pl.concat([lone, conform("events", found.select(
         "rank",
         "ts",  # its own time only: an untimed line is no sign of life
         "line_no",
@@ -506,7 +539,7 @@ def _nccl_error_events(df: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
         json_attrs(result=pl.col("code"), last_error=pl.col("_last"),
                    error_class=pl.when(by_last != "other").then(by_last).otherwise(by_code)).alias("attrs"),
         "file",
-    ))
+    ))])
 
 
 # gloo's transport gave up on a peer (gloo/transport/tcp/unbound_buffer.cc, and the ibverbs
@@ -688,7 +721,7 @@ _PG_INIT_MARKER = "initialization options: size:"
 
 
 # A chunk none of whose lines holds one of these is skipped before any frame work.
-_MARKERS = (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS, *_NCCL_RESULT_MARKERS,
+_MARKERS = (*_NCCL_KEPT, _PG_INIT_MARKER, _FAILED_STACK, *_WATCHDOG_MARKERS, *_NCCL_RESULT_MARKERS, _NCCL_ERROR_LINE_MARKER,
             _GLOO_TIMEOUT_MARKER, _FR_NOT_JOINED_MARKER, *_DESYNC_MARKERS)
 # NCCL 2.2 and older wrote "host:pid:tid [dev] file:line WARN msg", without the word NCCL.
 _OLD_LEVELS = (" WARN ", " ATTN ", " TRACE ", " CALL ")

@@ -51,7 +51,13 @@ _BARE_EXCEPTION = (r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failed|Fa
 # Messages PyTorch only ever raises, printed without their class by a loop that logs str(error)
 # (or pasted so): at the start of the line, they are the error, not a quote of it. DDP's reducer
 # (torch/csrc/distributed/c10d/reducer.cpp, REDUCER_CHECK, every version since 1.1).
-_CLASSLESS_ERROR = r"^\s*Expected to have finished reduction in the prior iteration before starting a new one"
+# The same error's last lines, which name the rank and its parameters ("Parameter indices which
+# did not receive grad for rank 1: 17 18 ...", and with TORCH_DISTRIBUTED_DEBUG the names'
+# "Parameters which did not receive grad for rank 1: ..."), pasted without the lines above them.
+_DDP_UNUSED_TAIL = r"Parameter(?:s| indices) which did not receive grad for rank \d+:"
+_CLASSLESS_ERROR = (r"^\s*(?:Expected to have finished reduction in the prior iteration before starting a new one"
+                    r"|" + _DDP_UNUSED_TAIL + r")")
+_DDP_UNUSED_HEAD = "Expected to have finished reduction in the prior iteration"
 _TABLE_FIELD = re.compile(r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
 _TABLE_ENTRY = re.compile(r"^\[(?P<rank>\d+)\]:$")
 
@@ -138,6 +144,19 @@ def _short(text: str | None) -> str | None:
 # <Signals.SIGSEGV: 11>.").
 _LAUNCHED = (r"--local_rank=(?<lr>\d+)\b.*(?:exits with return code = (?<code>-?\d+)"
              r"|died with <Signals\.SIG\w+: (?<signum>\d+)>)")
+
+
+# The same launcher line when the command it quotes names no local rank (a user who cut the
+# command out: "CalledProcessError: Command XXXXX (my script params) died with <Signals.SIGSEGV:
+# 11>."): the worker's death by that signal, which worker it was the line does not say.
+_LAUNCHER_SIGNAL = re.compile(r"died with <Signals\.(SIG\w+): \d+>")
+
+
+def _launcher_signal(text: str) -> str | None:
+    """The signal a launcher's CalledProcessError says its worker died of, where no local rank is named
+    (one that names it is an agent_failure, given its rank by ``ranks_from_local_ranks``)."""
+    m = _LAUNCHER_SIGNAL.search(text)
+    return m[1] if m and "--local_rank=" not in text else None
 
 
 # c10d's process-group creation waiting for the others (torch <= 2.2): "Waiting in store based
@@ -353,6 +372,9 @@ def _tracebacks(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterator[tup
         if start["rank"] is not None:
             failures.append({**common, "line_no": last["line_no"], "exception_type": exc_type,
                              "message": _short(exc_msg), "source": "traceback"})
+        if sig := _launcher_signal(last["text"]):
+            failures.append({**common, "line_no": last["line_no"], "signal": sig, "exception_type": exc_type,
+                             "message": _short(exc_msg), "source": "signal"})
         for depth, f in enumerate(reversed(frames)):
             stacks.append({"rank": start["rank"], "pid": start["pid"], "thread": "MainThread", "depth": depth,
                            "function": f["function"], "file": f["file"], "line": f["line"],
@@ -402,6 +424,9 @@ def _bare_exceptions(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterato
         exc = _EXCEPTION.match(text)
         exc_type = exc["type"] if exc else None
         above = _rows(df.slice(max(row["pos"] - 60, 0), min(row["pos"], 60)).filter(pl.col("file") == row["file"]))
+        if re.match(r"\s*" + _DDP_UNUSED_TAIL, text) and any(
+                _DDP_UNUSED_HEAD in r["text"] for r in above[-MESSAGE_TAIL_LINES:] if r["rank"] == row["rank"]):
+            continue  # the message's tail, under its own first line: that line's exception holds it
         frames = _frames_above(above, row)
         user = next((f for f in reversed(frames) if is_user_frame(f["file"])), None)
         tail = _message_tail(_rows(following(df, row, MESSAGE_TAIL_LINES, first=1)), row)
@@ -415,6 +440,9 @@ def _bare_exceptions(df: pl.DataFrame, own: pl.DataFrame, ended: set) -> Iterato
         if row["rank"] is not None:
             failures.append({**common, "exception_type": exc_type, "message": _short((exc["msg"] or "") if exc else text),
                              "source": "exception_line"})
+        if sig := _launcher_signal(text):
+            failures.append({**common, "signal": sig, "exception_type": exc_type,
+                             "message": _short((exc["msg"] or "") if exc else text), "source": "signal"})
     yield "events", frame("events", events)
     yield "failures", frame("failures", failures)
 

@@ -372,6 +372,29 @@ def test_nccl_error_report_alone_is_the_nccl_error_verdict_with_its_class(tmp_pa
     assert report["verdict"]["signature"] == "nccl-error" and report["verdict"]["culprit_ranks"] == [7]
 
 
+@pytest.mark.parametrize("text,error_class", [
+    # tests/realworld/d_llm_model_hub_grpo_nccl_unhandled_cuda_115: the report's first line, then the
+    # user's "--" and a result line that lost its "ncc"
+    ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3699, "
+     "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.3\n--\n"
+     "UnhandledCudaError: Call to CUDA function failed.\n", "cuda_failure"),
+    # tests/realworld/d_chatbot_ai_nccl_internal_report_only_7 (NCCL 2.18.1): the internal error's result
+    # string carries a request after " - "
+    ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1333, "
+     "internal error - please report this issue to the NCCL developers, NCCL version 2.18.1\n", "internal_error"),
+    # open-mmlab/mmdetection#2434's title (torch 1.2 era): the line ended at the result string
+    ("RuntimeError: NCCL error in: /opt/conda/conda-bld/pytorch_1565272271120/work/torch/lib/c10d/ProcessGroupNCCL.cpp:290, "
+     "unhandled cuda error\n", "cuda_failure"),
+])
+def test_the_first_line_of_a_report_alone_is_an_nccl_error_with_its_class(tmp_path, text, error_class):
+    (event,) = rows(parse_text(tmp_path, text, rank=None, name="console.log"), "events", kind="nccl_error")
+    assert json.loads(event["attrs"])["error_class"] == error_class and event["line_no"] == 1
+    # with its result-code line after it, the report is still one event, at the result line
+    whole = NCCL_REPORTS[0][1]
+    assert [e["line_no"] for e in rows(parse_text(tmp_path, whole, rank=None, name="console.log"), "events",
+                                       kind="nccl_error")] == [2]
+
+
 # ---------------------------------------------------------------- gloo's transport timeout
 
 

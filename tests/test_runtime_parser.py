@@ -115,6 +115,18 @@ def test_cpp_terminate_block_is_an_abort_with_its_what_message(sample):
     assert "op.preamble.length <= op.nbytes" in term["message"]
 
 
+def test_gloos_size_check_in_its_older_wording_is_a_collective_mismatch(tmp_path):
+    # e_prime_diloco_gloo_preamble_size_mismatch_68: gloo before its 2025 message (pytorch/gloo#456)
+    # printed the enforce alone, without "Received data size doesn't match expected size"
+    (tmp_path / "console.log").write_text(
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+        "  what():  [enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] "
+        "op.preamble.length <= op.nbytes. 1046204 vs 1040256\n")
+    report = api.analyze(tmp_path, keep=False)
+    assert report["verdict"]["signature"] == "collective-mismatch"
+    assert "gloo received 1046204 bytes where the receiving rank expected 1040256" in report["verdict"]["summary"]
+
+
 def test_versions_come_from_the_lines_that_print_them(sample):
     tables = parse_file(rank_file(sample("healthy"), 0, "stdout"), rank=0)
     versions = {json.loads(a)["component"]: json.loads(a)["version"]

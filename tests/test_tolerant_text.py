@@ -159,6 +159,27 @@ def test_a_bracketed_asctime_header_gives_time_and_level(tmp_path):
     assert json.loads(failure[0]["attrs"]) == {"exit_code": -9, "local_rank": 0}
 
 
+def test_a_launcher_error_naming_a_signal_but_no_local_rank_is_a_rankless_crash_by_that_signal(tmp_path):
+    # m_pytorch_launch_sigsegv_29889: torch.distributed.launch's CalledProcessError, the user's command
+    # cut out of it, so no --local_rank says which worker died
+    text = ("Traceback (most recent call last):\n"
+            '  File "/home/user/.conda/envs/pytorch/lib/python3.7/site-packages/torch/distributed/launch.py", '
+            "line 249, in main\n"
+            "    cmd=cmd)\n"
+            "subprocess.CalledProcessError: Command XXXXX (my script params) died with <Signals.SIGSEGV: 11>.\n")
+    tables = parse_text(tmp_path, text)
+    (crash,) = [f for f in tables["failures"].to_dicts() if f["source"] == "signal"]
+    assert crash["signal"] == "SIGSEGV" and crash["rank"] is None
+    # the same error as a bare line, with no traceback above it
+    (bare,) = [f for f in parse_text(tmp_path, text.splitlines()[-1] + "\n")["failures"].to_dicts()
+               if f["source"] == "signal"]
+    assert bare["signal"] == "SIGSEGV"
+    # one that names the worker's local rank is the agent's failure of that rank, not a second crash
+    named = ("subprocess.CalledProcessError: Command '['/usr/bin/python3', '-u', 'train.py', '--local_rank=7']' "
+             "died with <Signals.SIGSEGV: 11>.\n")  # m_pytorch_launch_sigsegv_61839
+    assert not [f for f in parse_text(tmp_path, named)["failures"].to_dicts() if f["source"] == "signal"]
+
+
 def test_a_bare_exception_line_is_an_exception_with_its_rank_and_message_tail(tmp_path):
     # m_msswift_oom_rank1_2044: the excerpt holds the OOM line with no traceback header above it
     text = ("[rank1]:     per_token_logps = torch.gather(logits.log_softmax(-1), dim=2, index=labels.unsqueeze(2))\n"
@@ -332,6 +353,22 @@ def test_an_nccl_header_whose_host_was_blanked_out_still_reads_the_warn(tmp_path
     tables = parse_text(tmp_path, "::16674:17023 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 1 not found.\n")
     (warn,) = events(tables, "nccl_warn")
     assert warn["message"].startswith("XML Import Channel : dev 1 not found") and warn["pid"] == 16674
+
+
+def test_ddps_unused_parameter_lines_pasted_alone_are_the_error_and_under_the_message_its_tail(tmp_path, sample):
+    # m_octformer_ddp_unused_indices_line_only_20: the issue holds only the reducer message's last line
+    line = ("Parameter indices which did not receive grad for rank 1: 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 "
+            "33 34 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 67 68 69 70 71 72 73 74 75 76 77 78 79 80 ...\n")
+    (exc,) = events(parse_text(tmp_path, line), "exception")
+    assert exc["message"].startswith("Parameter indices which did not receive grad for rank 1:")
+    (tmp_path / "console.log").write_text(line)
+    report = api.analyze(tmp_path, keep=False)
+    assert report["verdict"]["signature"] == "ddp-unused-parameters" and "17 18 19" in report["verdict"]["summary"]
+    # under the message's first line (sample_logs/ddp_unused_parameters: "[rank0]: Parameter indices which
+    # did not receive grad for rank 0: 6 7" ends rank 0's RuntimeError) it is that exception's tail, not a second one
+    con, run_id, _ = api.load(sample("ddp_unused_parameters"))
+    assert con.execute("SELECT count(*) FROM events WHERE run_id = ? AND kind = 'exception' "
+                       "AND message LIKE 'Parameter%which did not receive grad%'", [run_id]).fetchone()[0] == 0
 
 
 def test_ddps_reducer_message_printed_without_its_class_is_the_error_but_not_when_quoted(tmp_path):
