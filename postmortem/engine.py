@@ -183,9 +183,13 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
     """Set roles (a refined root cause becomes context) and order: verdict first."""
     roots = [f for f in findings if f.role == "root_cause"]
     for specific in roots:
+        # the ranks the specific finding speaks of: its culprits, and the others its evidence names
+        # (a collective mismatch blames the rank with the odd size; the rank that crashed first
+        # raising the mismatch is in its evidence: that crash is the mismatch, not another cause)
+        seen = set(specific.ranks) | {e["rank"] for e in specific.evidence if e.get("rank") is not None}
         for general in roots:
             if general.signature in specific.refines and (
-                not general.ranks or not specific.ranks or set(general.ranks) & set(specific.ranks)
+                not general.ranks or not specific.ranks or set(general.ranks) & seen
             ):
                 general.role = "context"
     for root in roots:

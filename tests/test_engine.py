@@ -95,6 +95,19 @@ def test_a_specific_root_cause_turns_the_general_one_into_context():
     assert engine.verdict(ranked) is specific
 
 
+def test_a_specific_cause_refines_a_crash_of_a_rank_its_evidence_names_not_only_its_culprits():
+    # collective_mismatch_detail_nccl: rank 0 crashed first raising the mismatch, rank 1 held the odd size
+    crash = engine.Finding("rank-crash", "root_cause", "critical", 1.0, [0], "rank 0 died first", [], "r")
+    mismatch = engine.Finding("collective-mismatch", "root_cause", "critical", 0.9, [1], "sizes differ",
+                              [{"rank": 1, "text": "4000 in"}, {"rank": 0, "text": "4096 in"}], "r",
+                              refines=["rank-crash"])
+    unrelated = engine.Finding("cuda-oom", "root_cause", "critical", 0.9, [3], "oom", [{"rank": 3}], "r",
+                               refines=["rank-crash"])
+    assert engine.verdict(engine.rank_findings([crash, mismatch])) is mismatch and crash.role == "context"
+    crash.role = "root_cause"
+    assert engine.verdict(engine.rank_findings([crash, unrelated])) is crash  # rank 3's OOM says nothing of rank 0
+
+
 def test_signatures_test_command_prints_the_evidence(tmp_path):
     result = CliRunner().invoke(app, ["signatures", "test", str(write_sig(tmp_path / "s.toml")),
                                       str(sample_dir("rank_exception"))])
