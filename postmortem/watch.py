@@ -173,6 +173,9 @@ class RankProgress:
     progressed_wall: float = 0.0  # the same, as a Unix time
     spoke: bool = False  # wrote a log line (or has no log file to write one to): past its imports
     gone: bool = False
+    # the job was started by this watch: a file first seen holds only what it wrote since, all of
+    # it counted (when attaching to a running job, what a file held before is not news)
+    counts_whole_files: bool = False
 
 
 def read_new(path: Path, offset: int) -> tuple[int, int, str]:
@@ -211,9 +214,12 @@ def look(progress: RankProgress, now: float, wall: float, interval_s: float, und
         progress.spoke = True
     for path in files:
         offset = progress.offsets.get(path)
-        if offset is None:  # a file seen for the first time: what it held before is not news
-            progress.offsets[path] = read_new(path, 0)[1]
+        if offset is None:  # a file seen for the first time
+            count, progress.offsets[path], last = read_new(path, 0)
             progress.spoke = progress.spoke or progress.offsets[path] > 0
+            if progress.counts_whole_files:
+                progress.lines += count
+                progress.last_line = last or progress.last_line
             continue
         count, progress.offsets[path], last = read_new(path, offset)
         if count or progress.offsets[path] != offset:
@@ -382,7 +388,8 @@ class Watcher:
         for rank, pid in found.items():
             known = self.ranks.get(rank)
             if known is None or known.pid != pid:  # a new rank, or torchrun restarted it
-                self.ranks[rank] = RankProgress(rank, pid, progressed_at=now, progressed_wall=wall)
+                self.ranks[rank] = RankProgress(rank, pid, progressed_at=now, progressed_wall=wall,
+                                                counts_whole_files=self.command is not None)
         for p in self.ranks.values():
             look(p, now, wall, self.options.interval_s, self.log_dir)
 
