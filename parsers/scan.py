@@ -5,8 +5,11 @@ must hold: a superset of its exact test, which stays the parser's own Polars reg
 says which triggers occur anywhere in a block (Hyperscan, every pattern in one pass over the
 bytes, each reported once: about 8 ms for a 16 MB rank log, against a few to 40 ms for each
 Polars regex over its 100,000 lines); a parser or step whose trigger is absent is skipped
-before any per-line work, and ``candidates`` narrows a present one's exact regex to the lines
-that hold a literal (one SIMD literal pass) instead of all of them.
+before any per-line work. ``Scanner.scan`` also reports where the literals of each per-line
+trigger (one few lines hold) match, and ``holding`` turns that into the rows that hold one, so
+a present trigger's exact regex runs on those rows alone; a trigger whose literals sit in most
+lines of its format is only looked for, and ``matching`` narrows its regex with one literal
+pass over the lines instead.
 
 Why the superset holds, block bytes against a parsed line's ``text``: text is a line of the
 block with its launcher prefix, a trailing CR and anything past ``MAX_LINE_CHARS`` removed,
@@ -85,7 +88,6 @@ class Scanner:
 
     def __init__(self, triggers: Iterable[Trigger]):
         triggers = tuple(triggers)
-        self.names = tuple(dict.fromkeys(t.name for t in triggers))
         self._db = self._lines_db = None
         # a database has one scratch space: two threads of one process (an API caller's) scan in turn
         self._lock = threading.Lock()
