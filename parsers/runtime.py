@@ -146,9 +146,10 @@ _LAUNCHED = (r"--local_rank=(?<lr>\d+)\b.*(?:exits with return code = (?<code>-?
              r"|died with <Signals\.SIG\w+: (?<signum>\d+)>)")
 
 
-# The same launcher line when the command it quotes names no local rank (a user who cut the
-# command out: "CalledProcessError: Command XXXXX (my script params) died with <Signals.SIGSEGV:
-# 11>."): the worker's death by that signal, which worker it was the line does not say.
+# The same launcher line when the command it quotes names no local rank (a user who replaced the
+# command with a placeholder before pasting it, as in pytorch/pytorch#29889: "CalledProcessError:
+# Command <the command> died with <Signals.SIGSEGV: 11>."): the worker's death by that signal,
+# which worker it was the line does not say.
 _LAUNCHER_SIGNAL = re.compile(r"died with <Signals\.(SIG\w+): \d+>")
 
 

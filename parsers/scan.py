@@ -186,7 +186,7 @@ def is_present(present: frozenset[str] | None, name: str) -> bool:
 def holding(df: pl.DataFrame, hits: dict[str, pl.Series] | None, trigger: Trigger) -> pl.Series | None:
     """Whether each row of ``df`` (lines with their ``line_no``, of one file) holds one of the
     trigger's literals, as the scan found (``LineChunk.hits``); None where it is not known."""
-    if hits is None or trigger.per_line is False:
+    if hits is None or not trigger.per_line:
         return None
     lines = hits.get(trigger.name)
     if lines is None:
