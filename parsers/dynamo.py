@@ -604,7 +604,7 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
     ...``, the same class by its bare name when dynamo's own text follows it, or Inductor's RuntimeError
     that the GPU is too old for Triton. A line under a logging header (suppress_errors=True logs the
     failure and runs the frame eager) is not one: only a header-less line is."""
-    starts = own.filter(pl.col("level").is_null() & pl.col("text").str.contains(_RAISED))
+    starts = own.filter(pl.col("level").is_null()).filter(pl.col("text").str.contains(_RAISED))  # the few first
     rows = []
     cause_of: tuple[str, int] | None = None  # (file, line) of the line a "... raised:" message continues on
     for start in starts.select("file", "pos", "line_no", "rank", "tee", "text", "ts_ff").to_dicts():
@@ -658,7 +658,8 @@ def _profiler_recompiles(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
     ``recompiles`` attr is the count the table gives (what recompile-storm counts), its reason the
     first guard failure listed."""
     rows = []
-    starts = own.filter(pl.col("text").str.contains(_PROFILER_RECOMPILES))
+    # the table is printed: its header line starts the text, where a logged line has its glog header
+    starts = own.filter(pl.col("src_end").is_null()).filter(pl.col("text").str.contains(_PROFILER_RECOMPILES))
     for start in starts.select("file", "pos", "line_no", "rank", "ts_ff").to_dicts():
         block = following(df, start, EXCEPTION_LOOKAHEAD, first=1).select("text", "line_no").rows()
         row = None
@@ -747,6 +748,9 @@ def _block_rows(blocks: pl.DataFrame) -> pl.DataFrame:
 
 # Every line _dynamo_lines and _exceptions look at matches this: textlog marks them (``wanted``).
 LINES = _PREFILTER
+# The branch of LINES that a TORCH_LOGS line's header holds ("torch/_dynamo/guards.py:4760]"): all
+# lines of a run under one such header match.
+HEADER_LINES = r"_dynamo[/.\\]"
 # A literal of each branch of _PREFILTER: "reason" stands for "reason: ", "reasons: " and "last reason: ",
 # '"File "' for a frame of explain()'s user stack, "_dynamo." for torch._dynamo.exc., "dynamo hit config."
 # for a limit hit quoted alone.

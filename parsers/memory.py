@@ -160,7 +160,9 @@ def _figures() -> tuple[pl.Expr, ...]:
 
 
 def _series_rows(own: pl.DataFrame) -> pl.DataFrame:
-    lines = own.filter(pl.col("msg").str.contains(_PREFILTER)).with_columns(
+    # a figure is a number: a line without a digit ("Reducer: comm-optimized memory allocator not
+    # found, using regular one") holds none, and the two dozen expressions below are not planned for it
+    lines = own.filter(pl.col("msg").str.contains(_PREFILTER)).filter(pl.col("msg").str.contains(r"\d")).with_columns(
         pl.col("msg").str.replace_all(_ANSI, "").alias("clean")
     )
     if lines.is_empty():

@@ -74,8 +74,7 @@ _ASCTIME_LEVEL = r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL|FATAL)\b"
 def _asctime_fields() -> pl.Expr:
     """Python logging's asctime: the capturing regex runs only on lines that start with a date
     (built once per process: building it compiles the regex)."""
-    return (pl.when(pl.col("_close").is_null() & pl.col("text").str.contains(_ASCTIME_START)).then(pl.col("text"))
-            .str.extract_groups(_ASCTIME))
+    return pl.when(pl.col("text").str.contains(_ASCTIME_START)).then(pl.col("text")).str.extract_groups(_ASCTIME)
 
 
 # Control characters no text log holds (tab, newlines, ESC of colours and form feed are text).
@@ -93,8 +92,10 @@ def sniff(head: bytes, name: str) -> bool:
     return control <= len(sample) // 20 and undecodable <= len(sample) // 3
 
 
-def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
-    """Add level, ts and msg parsed from each line's log header, and where its source lies."""
+def _glog_fields(df: pl.DataFrame, year: int) -> pl.DataFrame:
+    """Each line's glog / c10 header fields: ``_glog`` (it has one), ``_level``, ``_ts``,
+    ``src_at`` and ``src_end`` (NULL but ``_glog`` where it has none). They depend on the line's
+    bytes up to its first "]" alone (nothing in a glog header before its end is a "]")."""
     text = pl.col("text")
     # Offsets first, as columns: a slice whose bounds are expressions recomputes them per use.
     df = df.with_columns(
@@ -107,48 +108,125 @@ def with_headers(df: pl.DataFrame, year: int) -> pl.DataFrame:
     glog = close.is_not_null()
     # a header with no time ("[E ProcessGroupNCCL.cpp:737]") has its source right after the level
     time_end = pl.when(text.str.slice(start + 1, 1) == " ").then(start + 2).otherwise(pl.col("_time_end"))
-    df = df.with_columns(
-        pl.when(glog).then(text.str.slice(start + 1, time_end - start - 1)).alias("_stamp"),  # "1129 13:33:42.672765297"
+    stamp = pl.when(glog).then(text.str.slice(start + 1, time_end - start - 1))  # "1129 13:33:42.672765297"
+    df = df.with_columns(stamp.alias("_stamp"))
+    stamp = pl.col("_stamp")
+    stamp = pl.when(stamp.str.slice(3, 1) == " ").then(pl.concat_str(pl.lit("0"), stamp)).otherwise(stamp)
+    return df.select(
+        glog.alias("_glog"),
         pl.when(glog).then(text.str.slice(start, 1)).alias("_level"),
+        pl.concat_str(pl.lit(str(year)), stamp).str.strptime(pl.Datetime("us"), "%Y%m%d %H:%M:%S%.f",
+                                                              strict=False).alias("_ts"),
         pl.when(glog).then(time_end).alias("src_at"),
         close.alias("src_end"),
     )
-    stamp = pl.col("_stamp")
-    stamp = pl.when(stamp.str.slice(3, 1) == " ").then(pl.concat_str(pl.lit("0"), stamp)).otherwise(stamp)
-    glog_ts = pl.concat_str(pl.lit(str(year)), stamp).str.strptime(
-        pl.Datetime("us"), "%Y%m%d %H:%M:%S%.f", strict=False)
+
+
+def _asctime_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """Level, ts and msg of lines without a glog header: from Python logging's asctime where the
+    line starts with one (its level is a word of the message), else the whole line is the message."""
     asc = _asctime_fields()
     a = lambda f: asc.struct.field(f)  # noqa: E731
     asc_ts = pl.format("{} {}.{}", a("date"), a("hms"), a("frac").fill_null("0")).str.to_datetime(
         "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"
     )
-    asc_level = a("msg").str.extract(_ASCTIME_LEVEL, 1).str.slice(0, 1)
-    return df.with_columns(
-        pl.coalesce(pl.col("_level"), asc_level).alias("level"),
-        pl.coalesce(glog_ts, asc_ts).alias("ts"),
-        # the message starts after the header and the one space that follows it
-        pl.when(glog).then(text.str.slice(close + 1).str.strip_prefix(" ")).otherwise(pl.coalesce(a("msg"), text))
-        .alias("msg"),
-    ).drop("_close", "_start", "_time_end", "_stamp", "_level")
+    return df.select(
+        a("msg").str.extract(_ASCTIME_LEVEL, 1).str.slice(0, 1).alias("level"),
+        asc_ts.alias("ts"),
+        pl.coalesce(a("msg"), pl.col("text")).alias("msg"),
+    )
+
+
+@dataclass
+class HeaderRuns:
+    """A frame's lines in runs of those whose bytes up to the first "]" are the same.
+
+    A multi-line log record (a TORCH_LOGS graph break or guard dump, a warning with its stack)
+    repeats its header on every line: what a header says is worked out on the first line of each
+    run (``first``) and copied to the others (``spread``). A line without a "]" is a run alone.
+    """
+
+    head: pl.Series  # each line up to its first "]" (NULL where it has none)
+    first: pl.Series  # Boolean: the line starts a run
+    run: pl.Series | None  # each line's run, numbered from 0 (None: every line starts one)
+
+    @classmethod
+    def of(cls, text: pl.Series) -> HeaderRuns:
+        head = text.str.slice(0, text.str.find("]", literal=True) + 1)
+        first = head.is_null() | head.ne_missing(head.shift(1))
+        return cls(head, first, None if first.all() else first.cum_sum() - 1)
+
+    def firsts(self, df: pl.DataFrame | pl.Series) -> pl.DataFrame | pl.Series:
+        """The rows of ``df`` (the frame's own, or one of its columns) that start a run."""
+        return df if self.run is None else df.filter(self.first)
+
+    def spread(self, df: pl.DataFrame | pl.Series) -> pl.DataFrame | pl.Series:
+        """Values worked out for the runs' first lines (``firsts``), given to every line of each run."""
+        if self.run is None:
+            return df
+        return df.gather(self.run) if isinstance(df, pl.Series) else df.select(pl.all().gather(self.run))
+
+
+def with_headers(df: pl.DataFrame, year: int, runs: HeaderRuns | None = None) -> pl.DataFrame:
+    """Add level, ts and msg parsed from each line's log header, and where its source lies; the
+    header of a run of lines (``HeaderRuns``) is taken apart once."""
+    text = pl.col("text")
+    runs = runs or HeaderRuns.of(df["text"])
+    fields = runs.spread(_glog_fields(runs.firsts(df), year))
+    others = ~fields["_glog"]
+    n_others = int(others.sum())
+    out = df.with_columns(fields["src_at"], fields["src_end"])
+    close = pl.col("src_end")
+    # the message starts after the header and the one space that follows it
+    glog_msg = text.str.slice(close + 1 + (text.str.slice(close + 1, 1) == " ").cast(pl.Int64))
+    if not n_others:
+        return out.with_columns(fields["_level"].alias("level"), fields["_ts"].alias("ts"), glog_msg.alias("msg"))
+    if n_others == df.height:
+        return out.with_columns(_asctime_lines(df.select("text")).get_columns())
+    # the few lines without a glog header are parsed alone, their fields spread back to their rows
+    # (the text alone: Polars 2.1 panics taking these fields from a filtered frame of several columns)
+    asc = _asctime_lines(df.select("text").filter(others))
+    where = others.arg_true()
+    spread = lambda s: pl.repeat(None, df.height, dtype=s.dtype, eager=True).scatter(where, s)  # noqa: E731
+    glog = pl.col("_glog")
+    return out.with_columns(
+        fields["_glog"], fields["_level"], fields["_ts"], *(spread(asc[c]).alias(f"_asc_{c}") for c in asc.columns),
+    ).with_columns(
+        pl.when(glog).then(pl.col("_level")).otherwise(pl.col("_asc_level")).alias("level"),
+        pl.when(glog).then(pl.col("_ts")).otherwise(pl.col("_asc_ts")).alias("ts"),
+        pl.when(glog).then(glog_msg).otherwise(pl.col("_asc_msg")).alias("msg"),
+    ).drop("_glog", "_level", "_ts", "_asc_level", "_asc_ts", "_asc_msg")
 
 
 def _line_masks(df: pl.DataFrame, present: frozenset[str] | None,
-                hits: dict[str, pl.Series] | None) -> dict[str, pl.Series | None]:
+                hits: dict[str, pl.Series] | None, runs: HeaderRuns) -> dict[str, pl.Series | None]:
     """For each line parser that declares ``LINES`` (a regex every line it reads matches), whether
     each line matches it, before any header is parsed; None for a parser whose ``TRIGGER`` the
     scan did not find in the chunk (no line of it can match). Where the scan says which lines
-    hold a trigger's literals (``hits``), LINES runs on those alone."""
+    hold a trigger's literals (``hits``), LINES runs on those alone; where a parser declares
+    ``HEADER_LINES`` (a part of LINES a line's header may hold), the lines of a run whose header
+    matches it match, and LINES runs on the others."""
     masks: dict[str, pl.Series | None] = {}
     for p in LINE_PARSERS:
         trigger = getattr(p, "TRIGGER", None)
         if not hasattr(p, "LINES"):
             continue
-        if trigger is None:
-            masks[p.__name__] = df.select(pl.col("text").str.contains(p.LINES)).to_series()
-        elif scan.is_present(present, trigger.name):
-            masks[p.__name__] = scan.matching(df["text"], trigger, p.LINES, scan.holding(df, hits, trigger))
-        else:
+        if trigger is not None and not scan.is_present(present, trigger.name):
             masks[p.__name__] = None
+            continue
+        text, holding, in_header = df["text"], None, None
+        if trigger is not None:
+            holding = scan.holding(df, hits, trigger)
+        if hasattr(p, "HEADER_LINES"):
+            in_header = runs.spread(runs.firsts(runs.head).str.contains(p.HEADER_LINES)).fill_null(False)
+            rest = (~in_header).arg_true()
+            text = text.gather(rest)
+            holding = holding.gather(rest) if holding is not None else None
+        if trigger is None:
+            mask = text.str.contains(p.LINES)
+        else:
+            mask = scan.matching(text, trigger, p.LINES, holding)
+        masks[p.__name__] = mask if in_header is None else in_header.scatter(rest, mask)
     return masks
 
 
@@ -171,10 +249,11 @@ def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_t
     """Every line parser's records from a frame of lines: a chunk of one file (``last_ts`` the
     time its earlier chunks ended on, ``present`` what the scan found in its bytes and ``hits``
     on which lines), or whole small files one after another."""
-    masks = _line_masks(df, present, hits)
+    runs = HeaderRuns.of(df["text"])
+    masks = _line_masks(df, present, hits, runs)
     state["present"] = present
     state["hits"] = hits
-    df = with_headers(df.with_row_index("pos"), year)
+    df = with_headers(df.with_row_index("pos"), year, runs)
     ts_ff, ts_bf = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
     if last_ts is not None:
         ts_ff = ts_ff.fill_null(pl.lit(last_ts, dtype=pl.Datetime("us")))
