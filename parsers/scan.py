@@ -184,14 +184,15 @@ def is_present(present: frozenset[str] | None, name: str) -> bool:
 
 
 def holding(df: pl.DataFrame, hits: dict[str, pl.Series] | None, trigger: Trigger) -> pl.Series | None:
-    """Whether each row of ``df`` (lines with their ``line_no``, of one file) holds one of the
-    trigger's literals, as the scan found (``LineChunk.hits``); None where it is not known."""
+    """Whether each row of ``df`` (rows of a frame of lines, by their ``pos`` in it) holds one of
+    the trigger's literals, as the scan found: ``hits`` are the positions of such rows for each
+    per-line trigger the scan found (``textlog``); None where it is not known."""
     if hits is None or not trigger.per_line:
         return None
-    lines = hits.get(trigger.name)
-    if lines is None:
+    rows = hits.get(trigger.name)
+    if rows is None:
         return pl.repeat(False, df.height, eager=True, dtype=pl.Boolean)
-    return df["line_no"].is_in(lines.implode())
+    return df["pos"].is_in(rows.implode())
 
 
 def matching(text: pl.Series, trigger: Trigger, exact: str, candidates: pl.Series | None = None) -> pl.Series:

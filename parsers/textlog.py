@@ -43,7 +43,7 @@ from datetime import datetime
 import polars as pl
 
 from . import detail, dynamo, horovod, memory, nccl, ncclras, progress, ranktime, runtime, scan
-from .lines import LineChunk, read_line_chunks
+from .lines import CHUNK_BYTES, LineChunk, read_line_chunks
 from .source import Source
 
 KIND = "text_log"
@@ -243,17 +243,31 @@ def _file_lines(source: Source, chunk: LineChunk) -> tuple[pl.DataFrame, int]:
     return df.with_columns(pl.lit(source.name).alias("file")), own_rows
 
 
+def _hit_rows(line_no: pl.Series, hits: dict[str, pl.Series] | None) -> dict[str, pl.Series] | None:
+    """The scan's hits (``LineChunk.hits``: line numbers, per trigger) as the positions of the rows
+    of a frame of one file's lines that hold them (``line_no`` in order; a line cut in two is two
+    rows, a tee'd copy dropped none)."""
+    if hits is None:
+        return None
+    rows = {}
+    for name, lines in hits.items():
+        first, end = line_no.search_sorted(lines, side="left"), line_no.search_sorted(lines, side="right")
+        rows[name] = pl.select(pl.int_ranges(first, end, dtype=pl.UInt32).explode().drop_nulls()).to_series()
+    return rows
+
+
 def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_ts: datetime | None = None,
                  present: frozenset[str] | None = None,
                  hits: dict[str, pl.Series] | None = None) -> Iterator[tuple[str, pl.DataFrame]]:
     """Every line parser's records from a frame of lines: a chunk of one file (``last_ts`` the
-    time its earlier chunks ended on, ``present`` what the scan found in its bytes and ``hits``
-    on which lines), or whole small files one after another."""
+    time its earlier chunks ended on), or whole files one after another; ``present`` what the
+    scan found in their bytes and ``hits`` in which rows (their positions in ``df``)."""
+    df = df.with_row_index("pos")
     runs = HeaderRuns.of(df["text"])
     masks = _line_masks(df, present, hits, runs)
     state["present"] = present
     state["hits"] = hits
-    df = with_headers(df.with_row_index("pos"), year, runs)
+    df = with_headers(df, year, runs)
     ts_ff, ts_bf = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
     if last_ts is not None:
         ts_ff = ts_ff.fill_null(pl.lit(last_ts, dtype=pl.Datetime("us")))
@@ -278,14 +292,16 @@ def parse(source: Source) -> Iterator[tuple[str, pl.DataFrame]]:
     state: dict = {}
     for chunk in read_line_chunks(source.path):
         df, own_rows = _file_lines(source, chunk)
-        yield from _parse_frame(df, own_rows, source.year, state, state.get("last_ts"), chunk.present, chunk.hits)
+        yield from _parse_frame(df, own_rows, source.year, state, state.get("last_ts"), chunk.present,
+                                _hit_rows(df["line_no"], chunk.hits))
         if own_rows:
             source.lines = int(df["line_no"][own_rows - 1])
 
 
-# A file smaller than this is read whole (``read``) and parsed with others (``build``): alone,
-# any file costs some 40 ms of fixed Polars work, as much as a megabyte of lines.
-BATCH_MAX_BYTES = 1 << 20
+# A file smaller than a chunk is read whole (``read``) and parsed with others (``build``): a frame
+# costs some 80 ms of fixed Polars work however few its lines (planning each step, and compiling
+# its regexes again: Polars keeps 32 a thread, and the parsers use more), as much as 10 MB of lines.
+BATCH_MAX_BYTES = CHUNK_BYTES
 
 
 def batchable(source: Source) -> bool:
@@ -296,21 +312,46 @@ def batchable(source: Source) -> bool:
 class Read:
     lines: pl.DataFrame | None
     year: int
+    present: frozenset[str] | None = None  # the triggers the scan found in the file (None: take all)
+    hits: dict[str, pl.Series] | None = None  # positions in ``lines`` of each per-line trigger's rows
 
 
 def read(source: Source) -> Read:
-    """A small plain file's lines (one chunk: no lookahead to carry)."""
-    frames = [_file_lines(source, chunk)[0] for chunk in read_line_chunks(source.path)]
-    lines = pl.concat(frames) if frames else None
-    if lines is not None and lines.height:
+    """A plain file's lines (one chunk: no lookahead to carry) and what the scan found in them."""
+    chunks = [(*_file_lines(source, chunk), chunk) for chunk in read_line_chunks(source.path)]
+    if not chunks:
+        return Read(None, source.year)
+    lines = pl.concat([df for df, _, _ in chunks])
+    if lines.height:
         source.lines = int(lines["line_no"][-1])
-    return Read(lines, source.year)
+    if len(chunks) > 1:  # (not a size read whole; what the scan found is not kept for it)
+        return Read(lines, source.year)
+    _, _, chunk = chunks[0]
+    return Read(lines, source.year, chunk.present, _hit_rows(lines["line_no"], chunk.hits))
+
+
+def _batch_scan(reads: list[Read]) -> tuple[frozenset[str] | None, dict[str, pl.Series] | None]:
+    """What the scan found in files parsed as one frame (their lines one after another): every
+    trigger any of them holds, and the rows, offset by where each file's lines start. Unknown for
+    all where it is for one."""
+    if any(r.present is None for r in reads):
+        return None, None
+    present = frozenset().union(*(r.present for r in reads))
+    if any(r.hits is None for r in reads):
+        return present, None
+    parts: dict[str, list[pl.Series]] = {}
+    offset = 0
+    for r in reads:
+        for name, rows in r.hits.items():
+            parts.setdefault(name, []).append(rows + offset)
+        offset += r.lines.height
+    return present, {name: pl.concat(rows) for name, rows in parts.items()}
 
 
 def build(reads: list[Read]) -> Iterator[tuple[str, pl.DataFrame]]:
-    """The records of many small files, parsed as one frame (a ``file`` column tells them apart)."""
+    """The records of many files, parsed as one frame (a ``file`` column tells them apart)."""
     for year in sorted({r.year for r in reads}):
-        frames = [r.lines for r in reads if r.year == year and r.lines is not None and r.lines.height]
-        if frames:
-            df = pl.concat(frames).drop("row").with_row_index("row")
-            yield from _parse_frame(df, df.height, year, {})
+        group = [r for r in reads if r.year == year and r.lines is not None and r.lines.height]
+        if group:
+            df = pl.concat([r.lines for r in group], rechunk=True).drop("row").with_row_index("row")
+            yield from _parse_frame(df, df.height, year, {}, None, *_batch_scan(group))

@@ -113,7 +113,8 @@ def _parse_files(out: store.Batcher | _Collected, sources: list[Source],
             continue
         batch = batches.setdefault(source.kind, [])
         batch.append((row, source, got))
-        if len(batch) >= BUILD_FILES:  # what was read waits in memory: a batch is bounded
+        # what was read waits in memory: a batch is bounded
+        if len(batch) >= BUILD_FILES or sum(s.bytes for _, s, _ in batch) >= BUILD_BYTES:
             rows += _build(out, batches.pop(source.kind))
     for batch in batches.values():
         rows += _build(out, batch)
@@ -137,6 +138,9 @@ PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs mor
 PARALLEL_MIN_FILES = 96  # ... unless this many files are parsed one by one: each costs ~30 ms of Polars work however small
 PARALLEL_MIN_BATCHED = 2000  # ... or this many are read to be built with others (~2 ms each)
 BUILD_FILES = 256  # files read and waiting to be built together, at most, per kind
+# ... and bytes: big files a parser builds with others (text logs under a chunk) are built a few
+# to a frame, whose fixed cost they share, as many as keep a worker's frame near one chunk's size
+BUILD_BYTES = 40 << 20
 # Files smaller than this travel to a worker in batches: a task's round trip (pickling the
 # sources and the frames, the result's wake-up) costs milliseconds, as much as parsing a small log.
 BATCH_BYTES = 4 << 20
@@ -161,21 +165,28 @@ def _parse_in_worker(sources: list[Source]) -> tuple[list[dict], dict[str, pl.Da
 
 
 def _tasks(sources: list[Source]) -> list[list[Source]]:
-    """Largest files first, one a task; then the small ones in batches."""
+    """Largest files first: one a task, or, where their parser builds them with others, as many
+    as BUILD_BYTES holds; then the small ones in batches."""
     tasks: list[list[Source]] = []
     batch: list[Source] = []
     batch_bytes = 0
+    built: list[Source] = []
     for source in sorted(sources, key=lambda s: -s.bytes):
-        if source.bytes >= BATCH_BYTES:
+        if source.bytes >= BATCH_BYTES and not _batched(source):
             tasks.append([source])
+            continue
+        if source.bytes >= BATCH_BYTES:
+            if built and sum(s.bytes for s in built) + source.bytes > BUILD_BYTES:
+                tasks.append(built)
+                built = []
+            built.append(source)
             continue
         batch.append(source)
         batch_bytes += source.bytes
         if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
             tasks.append(batch)
             batch, batch_bytes = [], 0
-    if batch:
-        tasks.append(batch)
+    tasks += [t for t in (built, batch) if t]
     return tasks
 
 

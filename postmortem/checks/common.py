@@ -42,7 +42,7 @@ def timed_out_ranks(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, di
         SELECT rank, arg_min(ts, coalesce(ts, TIMESTAMP '2000-01-01')) AS ts,
                arg_min(file, line_no) AS file, min(line_no) AS line, arg_min(message, line_no) AS text
         FROM waits WHERE rank IS NOT NULL
-        GROUP BY rank
+        GROUP BY rank ORDER BY rank
         """, [run_id]).fetchall()
     return {r[0]: {"rank": r[0], "ts": r[1], "file": r[2], "line": r[3], "text": r[4]} for r in rows}
 
