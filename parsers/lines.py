@@ -250,13 +250,19 @@ def _lines_frame(lines: pl.Series, data: bytes, first_line_no: int, present: fro
     if _holds(data, present, _BAR_END):
         df = _unglue(df)
     df = df.with_columns(raw.str.replace(_PREFIXES, "").alias("text"))
-    df = df.with_columns(raw.str.head(raw.str.len_chars() - pl.col("text").str.len_chars()).alias("prefix"))
+    # (lengths in bytes are the string's own, in characters counted: the same where all is ASCII)
+    length = (lambda c: c.str.len_bytes()) if data.isascii() else (lambda c: c.str.len_chars())
+    df = df.with_columns(raw.str.head(length(raw) - length(pl.col("text"))).alias("prefix"))
     parts = extract_groups("prefix", _PREFIX)
     n0, n1, n2, m0, s0 = (parts.struct.field(n).cast(pl.Int32, strict=False) for n in ("n0", "n1", "n2", "m0", "s0"))
     # a --tee word ("default") in the first rank prefix marks the agent console's copy of a worker's line
     first_word = pl.coalesce(parts.struct.field("w0"), parts.struct.field("w1"))
-    df = per_distinct(df, "prefix", pl.coalesce(n2, n1, n0, m0, s0).alias("rank"),
-                      (first_word.is_not_null() & (first_word != "rank")).alias("tee"))
+    # Lines come in runs of one prefix (a rank's own file holds one): its fields are found once a run.
+    prefix = df["prefix"]
+    first = prefix.ne_missing(prefix.shift(1))
+    fields = per_distinct(df.select("prefix").filter(first), "prefix", pl.coalesce(n2, n1, n0, m0, s0).alias("rank"),
+                          (first_word.is_not_null() & (first_word != "rank")).alias("tee"))
+    df = df.with_columns(fields.select(pl.col("rank", "tee").gather(first.cum_sum() - 1)).get_columns())
     text_col = pl.col("text")
     if _holds(data, present, _CR):
         text_col = text_col.str.strip_suffix("\r")

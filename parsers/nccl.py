@@ -57,7 +57,7 @@ only where neither is known, and the group is the default one, the prefix's ``Ra
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import polars as pl
 
@@ -729,24 +729,38 @@ LINES = "|".join(re.escape(m) for m in _MARKERS) + r"|\[\d+\] \S+:\d+ (?:WARN|AT
 TRIGGER = scan.Trigger("nccl", (*_MARKERS, *_OLD_LEVELS))  # every line LINES matches holds one
 
 
+def _holds(own: pl.DataFrame, markers: Sequence[str]) -> bool:
+    """Whether any of the chunk's NCCL lines holds one of a step's markers (the lines each step
+    reads start with one): a step none does is not run, and its dozen Polars calls cost nothing."""
+    return bool(own.select(pl.col("text").str.contains_any(list(markers)).any()).item())
+
+
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
     # Every record below starts on a line that LINES matches (all own holds): each record's
-    # own test runs on those few.
-    lines = _nccl_lines(own)
-    if not lines.is_empty():
-        _remember_comms(lines, state)
-        yield "events", _nccl_events(lines)
-        yield "collectives", _coll_rows(lines, state)
-    yield "events", _pg_init_events(own)
-    yield "events", _nccl_error_events(df, own)
-    yield "events", _gloo_timeout_events(own)
-    yield "events", _fr_not_joined_events(df, own)
-    desync_events, desync_status = _desync_rows(own)
-    yield "events", desync_events
-    yield "rank_status", desync_status
-    yield "stacks", _failed_collective_stacks(df, own)
-    watchdog = _watchdog_lines(df, own)
-    if not watchdog.is_empty():
-        yield "collectives", _watchdog_collectives(watchdog)
-        yield "rank_status", _rank_status(watchdog)
-        yield "events", _watchdog_events(watchdog)
+    # own test runs on those few, and only where they hold its marker.
+    if _holds(own, (*_NCCL_KEPT, *_OLD_LEVELS)):
+        lines = _nccl_lines(own)
+        if not lines.is_empty():
+            _remember_comms(lines, state)
+            yield "events", _nccl_events(lines)
+            yield "collectives", _coll_rows(lines, state)
+    if _holds(own, (_PG_INIT_MARKER,)):
+        yield "events", _pg_init_events(own)
+    if _holds(own, (*_NCCL_RESULT_MARKERS, _NCCL_ERROR_LINE_MARKER)):
+        yield "events", _nccl_error_events(df, own)
+    if _holds(own, (_GLOO_TIMEOUT_MARKER,)):
+        yield "events", _gloo_timeout_events(own)
+    if _holds(own, (_FR_NOT_JOINED_MARKER,)):
+        yield "events", _fr_not_joined_events(df, own)
+    if _holds(own, _DESYNC_MARKERS):
+        desync_events, desync_status = _desync_rows(own)
+        yield "events", desync_events
+        yield "rank_status", desync_status
+    if _holds(own, (_FAILED_STACK,)):
+        yield "stacks", _failed_collective_stacks(df, own)
+    if _holds(own, _WATCHDOG_MARKERS):
+        watchdog = _watchdog_lines(df, own)
+        if not watchdog.is_empty():
+            yield "collectives", _watchdog_collectives(watchdog)
+            yield "rank_status", _rank_status(watchdog)
+            yield "events", _watchdog_events(watchdog)

@@ -24,7 +24,8 @@ from postmortem.schema import conform
 from . import scan
 
 LINES = r"\d/\d+(?:\.\d+)?[kMG]? ?\[(?:\d+:)?\d\d:\d\d<"
-TRIGGER = scan.Trigger("progress", ("<",))  # the "<" between elapsed and remaining time
+# the "<" between elapsed and remaining time, after a digit (a bare "<" is in every "<module>" of a traceback)
+TRIGGER = scan.Trigger("progress", tuple(f"{d}<" for d in range(10)))
 
 _BAR = (r"(?:(?<desc>[^|\r]*?):?\s*)?(?<pct>\d+)%\|[^|]*\|\s*(?<n>\d+(?:\.\d+)?[kMG]?)/(?<total>\d+(?:\.\d+)?[kMG]?)"
         r"\s*\[(?<elapsed>(?:\d+:)?\d+:\d\d)<[^,\]]*,\s*(?<rate>[\d.]+|\?)\s*(?<unit>[^\]]*?)\]")

@@ -47,7 +47,9 @@ _VERSUS = re.compile(r"\bRank r?(?P<rank>\d+) (?P<what>[\w /-]{1,40}?) was (?P<m
 # "{1,40}" is left to _VERSUS, since that bound of a Unicode class costs Polars ~12 ms to compile,
 # and its cache of 32 regexes per thread holds no pattern of ours from one chunk to the next.
 LINES = r"\bRank r?\d+(?::| [\w /-]+? was) \d+(?:\.\d+)? ?ms\b|^\s*Rank=\d+ .*Score=\d"
-TRIGGER = scan.Trigger("ranktime", ("Rank",))  # both branches name it
+# What each branch holds besides "Rank" (which every c10d line's "[PG ID 0 ... Rank 3]" holds too):
+# a list entry's digit and ": ", a comparison's " was ", a score's "Rank=" (digits as reports print them: ASCII).
+TRIGGER = scan.Trigger("ranktime", (*(f"{d}: " for d in range(10)), " was ", "Rank="))
 
 
 def _event(row: dict, report: str, attrs: dict) -> dict:

@@ -167,7 +167,7 @@ _STORE_BARRIER = (r"Waiting in store based barrier to initialize process group f
                   r"\(world_size=(?<world>\d+), worker_count=(?<count>\d+)")
 
 
-def _log_events(own: pl.DataFrame) -> pl.DataFrame:
+def _log_events(own: pl.DataFrame, state: dict) -> pl.DataFrame:
     """Warning-and-worse header lines, and the last timestamped line of each rank."""
     text = pl.col("msg")
     launched = extract_groups("msg", _LAUNCHED)
@@ -189,11 +189,11 @@ def _log_events(own: pl.DataFrame) -> pl.DataFrame:
     # scale: 0, reducing to 0". The regex runs on those lines only.
     notable = own.filter(pl.col("level").is_null() | (pl.col("level") == "I")).filter(
         pl.col("msg").str.contains(_NOTABLE))["pos"]
+    # an agent's line at any level (its message tested on the rows the scan found it on, where it says)
+    agent = scan.matching(own["msg"], _AGENT, "|".join(map(re.escape, _AGENT.literals)),
+                          scan.holding(own, state.get("hits"), _AGENT))
     warnings = header_source(own.filter(
-        pl.col("level").is_in(["W", "E", "F", "C"])
-        | pl.col("msg").str.contains("closing signal SIG", literal=True)
-        | pl.col("msg").str.contains("Waiting in store based barrier", literal=True)
-        | pl.col("pos").is_in(notable.implode())
+        pl.col("level").is_in(["W", "E", "F", "C"]) | agent | pl.col("pos").is_in(notable.implode())
     ))
     sent = extract_groups("msg", r"Sending process (?<pid>\d+) closing signal (?<sig>SIG\w+)")
     failed = extract_groups("msg", r"failed \(exitcode: (?<code>-?\d+)\) local_rank: (?<lr>\d+) \(pid: (?<pid>\d+)\)")
@@ -239,10 +239,11 @@ def _log_events(own: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.col("rank"))
         .cast(pl.Int32).alias("rank")
     )
+    # own is in line order: the last timed row of each rank is its last line (found on the keys alone)
+    last_rows = (own.select("pos", "file", "rank", (pl.col("ts").is_not_null() & pl.col("rank").is_not_null()).alias("_timed"))
+                 .filter("_timed").unique(subset=["file", "rank"], keep="last", maintain_order=True)["pos"])
     last = (
-        # own is in line order: the last row of each rank is its last line
-        header_source(own.filter(pl.col("ts").is_not_null() & pl.col("rank").is_not_null())
-                      .unique(subset=["file", "rank"], keep="last", maintain_order=True))
+        header_source(own.filter(pl.col("pos").is_in(last_rows.implode())))
         .select("file", "rank", "ts", "line_no", "level", pl.col("src").alias("source"),
                 pl.lit("last_line").alias("kind"), pl.col("msg").str.slice(0, MAX_MESSAGE).alias("message"), "pid")
     )
@@ -623,13 +624,16 @@ _TRACEBACK = scan.Trigger("runtime.traceback", (_TRACEBACK_START,))
 _VERSION = scan.Trigger("runtime.version", ("version", "torch=", "Python v"), caseless=True)
 _OOM = scan.Trigger("runtime.oom", _OOM_MARKERS)
 _FATAL = scan.Trigger("runtime.fatal", ("terminate called after throwing", "Fatal Python error:", "Caught signal "))
-TRIGGERS = (_TRACEBACK, _VERSION, _OOM, _FATAL)
+# the agent's lines _log_events keeps at any level (torchrun's "Sending process 4711 closing signal
+# SIGTERM", c10d's store barrier wait)
+_AGENT = scan.Trigger("runtime.agent", ("closing signal SIG", "Waiting in store based barrier"))
+TRIGGERS = (_TRACEBACK, _VERSION, _OOM, _FATAL, _AGENT)
 
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
     """All runtime records in one chunk; ``df`` adds lookahead rows to ``own``."""
     present = state.get("present")
-    yield "events", _log_events(own)
+    yield "events", _log_events(own, state)
     if scan.is_present(present, _VERSION.name):
         yield "events", _version_events(_holding(own, state, _VERSION))
     ended: set = set()  # (file, line) of the exception lines the tracebacks read

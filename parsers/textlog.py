@@ -95,7 +95,8 @@ def sniff(head: bytes, name: str) -> bool:
 def _glog_fields(df: pl.DataFrame, year: int) -> pl.DataFrame:
     """Each line's glog / c10 header fields: ``_glog`` (it has one), ``_level``, ``_ts``,
     ``src_at`` and ``src_end`` (NULL but ``_glog`` where it has none). They depend on the line's
-    bytes up to its first "]" alone (nothing in a glog header before its end is a "]")."""
+    bytes up to its first "]" alone (nothing in a glog header before its end is a "]", and a
+    space follows its time): ``text`` may be just those."""
     text = pl.col("text")
     # Offsets first, as columns: a slice whose bounds are expressions recomputes them per use.
     df = df.with_columns(
@@ -172,7 +173,8 @@ def with_headers(df: pl.DataFrame, year: int, runs: HeaderRuns | None = None) ->
     header of a run of lines (``HeaderRuns``) is taken apart once."""
     text = pl.col("text")
     runs = runs or HeaderRuns.of(df["text"])
-    fields = runs.spread(_glog_fields(runs.firsts(df), year))
+    # (taken from the line's head, its text up to the first "]": all a glog header's fields lie in it)
+    fields = runs.spread(_glog_fields(runs.firsts(runs.head).alias("text").to_frame(), year))
     others = ~fields["_glog"]
     n_others = int(others.sum())
     out = df.with_columns(fields["src_at"], fields["src_end"])
