@@ -24,7 +24,9 @@ every line) has the Boolean column ``wanted`` that marks them. A parser may also
 scan found none in skips the parser before LINES runs, and LINES runs only on the lines that
 hold one. A parser's ``state`` (a dict) lives as long as the file, or the batch: what it keeps
 there is keyed by file; ``state["present"]`` is what the scan found in the chunk (None: not
-scanned), ``state["hits"]`` on which lines (``scan.holding``). Blocks of lines (a traceback) end where their file does.
+scanned), ``state["hits"]`` in which rows, by ``pos`` (``scan.holding``). Blocks of lines (a
+traceback) end where their file does. A parser may declare ``HEADER_LINES`` too: the part of
+LINES a log header may hold (``_line_masks``).
 
 Headers seen in real PyTorch 2.11 logs:
 
