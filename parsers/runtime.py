@@ -190,8 +190,7 @@ def _log_events(own: pl.DataFrame, state: dict) -> pl.DataFrame:
     notable = own.filter(pl.col("level").is_null() | (pl.col("level") == "I")).filter(
         pl.col("msg").str.contains(_NOTABLE))["pos"]
     # an agent's line at any level (its message tested on the rows the scan found it on, where it says)
-    agent = scan.matching(own["msg"], _AGENT, "|".join(map(re.escape, _AGENT.literals)),
-                          scan.holding(own, state.get("hits"), _AGENT))
+    agent = scan.matching(own["msg"], _AGENT, _AGENT_LINES, scan.holding(own, state.get("hits"), _AGENT))
     warnings = header_source(own.filter(
         pl.col("level").is_in(["W", "E", "F", "C"]) | agent | pl.col("pos").is_in(notable.implode())
     ))
@@ -627,6 +626,7 @@ _FATAL = scan.Trigger("runtime.fatal", ("terminate called after throwing", "Fata
 # the agent's lines _log_events keeps at any level (torchrun's "Sending process 4711 closing signal
 # SIGTERM", c10d's store barrier wait)
 _AGENT = scan.Trigger("runtime.agent", ("closing signal SIG", "Waiting in store based barrier"))
+_AGENT_LINES = "|".join(map(re.escape, _AGENT.literals))
 TRIGGERS = (_TRACEBACK, _VERSION, _OOM, _FATAL, _AGENT)
 
 

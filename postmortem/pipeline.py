@@ -171,15 +171,17 @@ def _tasks(sources: list[Source]) -> list[list[Source]]:
     batch: list[Source] = []
     batch_bytes = 0
     built: list[Source] = []
+    built_bytes = 0
     for source in sorted(sources, key=lambda s: -s.bytes):
         if source.bytes >= BATCH_BYTES and not _batched(source):
             tasks.append([source])
             continue
         if source.bytes >= BATCH_BYTES:
-            if built and sum(s.bytes for s in built) + source.bytes > BUILD_BYTES:
+            if built and built_bytes + source.bytes > BUILD_BYTES:
                 tasks.append(built)
-                built = []
+                built, built_bytes = [], 0
             built.append(source)
+            built_bytes += source.bytes
             continue
         batch.append(source)
         batch_bytes += source.bytes
