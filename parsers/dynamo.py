@@ -458,15 +458,19 @@ def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
     glog = cand.filter(has_header) if headless else cand
     # A graph break or recompile is logged again at every step and on every rank, word for word:
     # a message is taken apart once, however often it repeats.
-    glog = glog.join(_message_fields(glog.select(pl.col("msg").unique())), on="msg", how="left", maintain_order="left")
+    # (``_m`` numbers the distinct messages: a block's are its identity, shorter than its text)
+    messages = _message_fields(glog.select(pl.col("msg").unique())).with_row_index("_m")
+    glog = glog.join(messages, on="msg", how="left", maintain_order="left")
     # Only a line without an artifact tag is grouped by the line of torch that logged it.
     emitters = header_source(glog.filter(pl.col("art").is_null()).select("row", "text", "src_at", "src_end"))
     glog = glog.join(emitters.select("row", pl.col("src").alias("emitter")), on="row", how="left",
-                     maintain_order="left").select(*cand.columns, "cid", "art", "body", "kind", "emitter")
+                     maintain_order="left").select(*cand.columns, "cid", "art", "body", "kind", "emitter", "_m")
     when = pl.coalesce(pl.col("ts"), pl.col("ts_ff")).alias("when")
     if not headless:
         return glog.with_columns(when)
-    other = _headless(cand.filter(~has_header)).select(glog.columns)
+    # (a header-less line is numbered apart from every message and every other line: its block is its own)
+    other = _headless(cand.filter(~has_header)).with_columns(
+        (pl.col("row").cast(pl.UInt32) + messages.height).alias("_m")).select(glog.columns)
     return pl.concat([glog, other], how="vertical_relaxed").sort("row").with_columns(when)
 
 
@@ -563,18 +567,21 @@ def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
     )
     # The `Tensor.item()` warning's "Graph break: from user code at:" continues the block its head
     # ("Graph break from `Tensor.item()`, consider setting:") began; with the head cut off it is the block.
-    head = pl.when(pl.col("kind").is_not_null() & (pl.col("kind") != "item_tail")).then(
-        pl.col("body").str.starts_with("Graph break from `Tensor.item()`"))
-    dyn = dyn.with_columns(
-        pl.when(pl.col("kind").is_null() | (pl.col("kind") != "item_tail")).then(pl.col("kind"))
-        .when(head.forward_fill().shift(1).over(key).fill_null(False)).then(pl.lit(None))
-        .otherwise(pl.lit("item_tail")).alias("kind"),
-    ).with_columns(pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over(key).alias("block"))
+    # (worked out over every line only where there is such a line)
+    if (dyn["kind"] == "item_tail").any():
+        head = pl.when(pl.col("kind").is_not_null() & (pl.col("kind") != "item_tail")).then(
+            pl.col("body").str.starts_with("Graph break from `Tensor.item()`"))
+        dyn = dyn.with_columns(
+            pl.when(pl.col("kind").is_null() | (pl.col("kind") != "item_tail")).then(pl.col("kind"))
+            .when(head.forward_fill().shift(1).over(key).fill_null(False)).then(pl.lit(None))
+            .otherwise(pl.lit("item_tail")).alias("kind"),
+        )
+    dyn = dyn.with_columns(pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over(key).alias("block"))
     return (
         dyn.filter(pl.col("block") > 0)
         .group_by([*key, "block"], maintain_order=True)
         .agg(pl.col("kind").first(), pl.col("line_no").first(), pl.col("row").first(), pl.col("when").first(),
-             pl.col("body"))
+             pl.col("body"), pl.col("_m"))
     )
 
 
@@ -727,9 +734,9 @@ def _frame_id(cid: str | None) -> int | None:
 def _block_rows(blocks: pl.DataFrame) -> pl.DataFrame:
     """A ``compiles`` row per block. A block's text is parsed once however often it repeats (a
     graph break logged at every step, every rank's copy in a console): Python runs once per
-    distinct block, and the parsed fields are joined back onto every block that holds it."""
-    blocks = blocks.with_columns(pl.col("body").list.join("\n").alias("_text"))  # lines hold no newline
-    distinct = blocks.unique(["kind", "_text"], keep="first", maintain_order=True).with_row_index("_d")
+    distinct block, and the parsed fields are joined back onto every block that holds it. Blocks of
+    the same messages (``_m``) hold the same text."""
+    distinct = blocks.unique(["kind", "_m"], keep="first", maintain_order=True).with_row_index("_d")
     parsed = [(d, _parse_block(kind, body)) for d, kind, body in distinct.select("_d", "kind", "body").iter_rows()]
     fields = frame("compiles", [row for _, row in parsed if row is not None]).with_columns(
         pl.Series("_d", [d for d, row in parsed if row is not None], dtype=pl.UInt32)
@@ -737,7 +744,7 @@ def _block_rows(blocks: pl.DataFrame) -> pl.DataFrame:
     cids = blocks.select(pl.col("cid").unique())
     cids = cids.with_columns(pl.Series("frame_id", [_frame_id(c) for c in cids["cid"]], dtype=pl.Int32))
     rows = (
-        blocks.join(distinct.select("kind", "_text", "_d"), on=["kind", "_text"], how="left", maintain_order="left",
+        blocks.join(distinct.select("kind", "_m", "_d"), on=["kind", "_m"], how="left", maintain_order="left",
                     nulls_equal=True)
         .join(fields, on="_d", how="inner", maintain_order="left")
         .join(cids, on="cid", how="left", maintain_order="left", nulls_equal=True)

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import functools
 import gzip
+import inspect
 import io
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,38 +139,43 @@ _PREFIXES = (rf"^{_PROCESS_TAG}(?: *\d{{1,6}}: )?(?:[\w.-]+ \[(?:stdout|stderr)\
              r"(?:\[[A-Za-z_]+\d+\]:){0,2}")
 # A byte no log line holds in practice: the CSV reader's separator when it splits lines.
 _NO_SEPARATOR = b"\x1f"
+# An empty line read as "", not NULL, by the reader itself (a fill afterwards copies every line):
+# Polars 2 names the option empty_string_is_null, Polars 1 missing_utf8_is_empty_string.
+_EMPTY_LINES_AS_TEXT = ({"empty_string_is_null": False}
+                        if "empty_string_is_null" in inspect.signature(pl.read_csv).parameters
+                        else {"missing_utf8_is_empty_string": True})
 
 
-def line_series(data: bytes) -> pl.Series:
+def line_series(data: bytes, ascii: bool | None = None) -> pl.Series:
     """The lines of ``data`` (split on newlines; invalid UTF-8 replaced), one string per line.
 
     Polars' CSV reader splits and decodes on every core when given a separator the data never
     holds and no quoting; ``str.split`` on the decoded text is the fallback (a block holding
-    the separator, or lines that do not add up to the block).
+    the separator, or lines that do not add up to the block). ``ascii``: whether ``data`` is, if known.
     """
     if data and _NO_SEPARATOR not in data:
         raw = pl.read_csv(data, has_header=False, separator=_NO_SEPARATOR.decode(), quote_char=None,
                           new_columns=["raw"], infer_schema=False, encoding="utf8-lossy",
-                          truncate_ragged_lines=True)["raw"].fill_null("")
+                          truncate_ragged_lines=True, **_EMPTY_LINES_AS_TEXT)["raw"]
         # The reader takes a final newline as the end of the last line, not as an empty line after it.
         if data.endswith(b"\n"):
             raw = raw.extend_constant("", 1)
-        if _same_bytes(raw, data):
-            return raw.rechunk()
+        if _same_bytes(raw, data, data.isascii() if ascii is None else ascii):
+            return raw.rechunk() if raw.n_chunks() > 1 else raw
         lines = data.count(b"\n") + 1
         if raw.len() == lines:
             return raw.rechunk()
     return pl.Series("raw", [data.decode("utf-8", errors="replace")]).str.split("\n").explode()
 
 
-def _same_bytes(lines: pl.Series, data: bytes) -> bool:
+def _same_bytes(lines: pl.Series, data: bytes, ascii: bool) -> bool:
     """Whether ``lines`` are the lines of ``data``, checked without counting its newlines: when no
     line holds a replacement character (what decoding puts for invalid UTF-8, never shorter than
-    the bytes it replaces) every line is as long as its bytes, and then a line lost or cut would
-    make them add up to less than ``data``."""
+    the bytes it replaces; ASCII bytes hold none) every line is as long as its bytes, and then a
+    line lost or cut would make them add up to less than ``data``."""
     if int(lines.str.len_bytes().sum()) + lines.len() - 1 != len(data):
         return False
-    return not lines.str.contains("\ufffd", literal=True).any()
+    return ascii or not lines.str.contains("\ufffd", literal=True).any()
 
 
 # The end of a tqdm progress bar ("[29:55<4:48:08, 155.57 examples/s]") with more text after it:
@@ -201,14 +208,16 @@ def split_lines(data: bytes | str, first_line_no: int, present: frozenset[str] |
     ``present``: the triggers the scan found in ``data``, if it was scanned."""
     if isinstance(data, str):
         data = data.encode("utf-8", errors="replace")
-    return _lines_frame(line_series(data), data, first_line_no, present)
+    ascii = data.isascii()
+    return _lines_frame(line_series(data, ascii), data, ascii, first_line_no, present)
 
 
 def split_block(data: bytes, first_line_no: int, found: scan.Found | None) -> tuple[pl.DataFrame, dict[str, pl.Series] | None]:
     """``split_lines`` of a scanned block, and the numbers of the lines each per-line trigger's
     matches fall on (None where the scan did not record them)."""
-    raw = line_series(data)
-    frame = _lines_frame(raw, data, first_line_no, found.present if found else None)
+    ascii = data.isascii()  # (16 MB take 2 ms: once a block)
+    raw = line_series(data, ascii)
+    frame = _lines_frame(raw, data, ascii, first_line_no, found.present if found else None)
     if found is None or found.ends is None:
         return frame, None
     return frame, _hit_lines(raw, data, first_line_no, found.ends)
@@ -240,7 +249,8 @@ def _hit_lines(raw: pl.Series, data: bytes, first_line_no: int, ends: dict[str, 
     return out
 
 
-def _lines_frame(lines: pl.Series, data: bytes, first_line_no: int, present: frozenset[str] | None) -> pl.DataFrame:
+def _lines_frame(lines: pl.Series, data: bytes, ascii: bool, first_line_no: int,
+                 present: frozenset[str] | None) -> pl.DataFrame:
     """The frame of ``lines`` (those of ``data``). The prefixes are removed with one anchored regex
     (a replace: its match is found by a DFA, where a capture group would need the slower engine
     on every line) and are what that took off the front; the rank and tee flag are parsed once
@@ -251,7 +261,7 @@ def _lines_frame(lines: pl.Series, data: bytes, first_line_no: int, present: fro
         df = _unglue(df)
     df = df.with_columns(raw.str.replace(_PREFIXES, "").alias("text"))
     # (lengths in bytes are the string's own, in characters counted: the same where all is ASCII)
-    length = (lambda c: c.str.len_bytes()) if data.isascii() else (lambda c: c.str.len_chars())
+    length = (lambda c: c.str.len_bytes()) if ascii else (lambda c: c.str.len_chars())
     df = df.with_columns(raw.str.head(length(raw) - length(pl.col("text"))).alias("prefix"))
     parts = extract_groups("prefix", _PREFIX)
     n0, n1, n2, m0, s0 = (parts.struct.field(n).cast(pl.Int32, strict=False) for n in ("n0", "n1", "n2", "m0", "s0"))
@@ -266,7 +276,8 @@ def _lines_frame(lines: pl.Series, data: bytes, first_line_no: int, present: fro
     text_col = pl.col("text")
     if _holds(data, present, _CR):
         text_col = text_col.str.strip_suffix("\r")
-    if len(data) > MAX_LINE_CHARS:
+    # (a line of more characters has more bytes: the cut, a copy of every line, only where one has)
+    if len(data) > MAX_LINE_CHARS and (df["text"].str.len_bytes().max() or 0) > MAX_LINE_CHARS:
         text_col = text_col.str.slice(0, MAX_LINE_CHARS)
     return df.select(
         pl.col("line_no").cast(pl.Int64),
@@ -310,21 +321,38 @@ def newline_blocks(fh: io.BufferedIOBase, size: int) -> Iterator[tuple[bytes, bo
     """
     if not isinstance(fh, gzip.GzipFile) and fh.seekable():
         # A plain file: the partial last line is read again with the next block, not copied over.
-        while block := fh.read(size):
+        exact = True
+        while True:
+            # The end of the file, when it lies within a block, is read to the byte (and one more: a
+            # file being written may have grown): a read of a block's size allocates, and faults in, all of it.
+            left = os.fstat(fh.fileno()).st_size - fh.tell()
+            if exact and 0 < left < size and os.pread(fh.fileno(), 1, fh.tell() + left - 1) == b"\n":
+                # the last block, read without its final newline (cut off after, it would be copied)
+                block = fh.read(left - 1)
+                after = fh.read(2)
+                if after == b"\n":
+                    yield block, False
+                    return
+                fh.seek(-len(block) - len(after), io.SEEK_CUR)  # the file is being written: read on as below
+                exact = False
+                continue
+            want = size if left >= size else left + 1
+            block = fh.read(want)
+            if not block:
+                return
+            at_end = len(block) < want
             cut = block.rfind(b"\n")
-            while cut < 0 and len(block) % size == 0:  # a line longer than a block: read on
+            while cut < 0 and not at_end:  # a line longer than a block: read on
                 more = fh.read(size)
-                if not more:
-                    break
-                cut = more.rfind(b"\n")
-                cut = cut + len(block) if cut >= 0 else cut
+                at_end = len(more) < size
+                more_cut = more.rfind(b"\n")
+                cut = more_cut + len(block) if more_cut >= 0 else -1
                 block += more
-            if len(block) % size or cut < 0:  # the end of the file
+            if at_end or cut < 0:  # the end of the file
                 yield (block[:-1] if block.endswith(b"\n") else block), False
                 return
             fh.seek(cut + 1 - len(block), io.SEEK_CUR)
             yield block[:cut], False
-        return
     rest = b""
     try:
         for block in read_blocks(fh, size):

@@ -180,26 +180,20 @@ def with_headers(df: pl.DataFrame, year: int, runs: HeaderRuns | None = None) ->
     others = ~fields["_glog"]
     n_others = int(others.sum())
     out = df.with_columns(fields["src_at"], fields["src_end"])
-    close = pl.col("src_end")
     # the message starts after the header and the one space that follows it
-    glog_msg = text.str.slice(close + 1 + (text.str.slice(close + 1, 1) == " ").cast(pl.Int64))
+    glog_msg = text.str.slice(pl.col("src_end") + 1).str.strip_prefix(" ")
     if not n_others:
         return out.with_columns(fields["_level"].alias("level"), fields["_ts"].alias("ts"), glog_msg.alias("msg"))
     if n_others == df.height:
         return out.with_columns(_asctime_lines(df.select("text")).get_columns())
-    # the few lines without a glog header are parsed alone, their fields spread back to their rows
+    # the few lines without a glog header are parsed alone, their fields put in their rows
     # (the text alone: Polars 2.1 panics taking these fields from a filtered frame of several columns)
     asc = _asctime_lines(df.select("text").filter(others))
     where = others.arg_true()
-    spread = lambda s: pl.repeat(None, df.height, dtype=s.dtype, eager=True).scatter(where, s)  # noqa: E731
-    glog = pl.col("_glog")
-    return out.with_columns(
-        fields["_glog"], fields["_level"], fields["_ts"], *(spread(asc[c]).alias(f"_asc_{c}") for c in asc.columns),
-    ).with_columns(
-        pl.when(glog).then(pl.col("_level")).otherwise(pl.col("_asc_level")).alias("level"),
-        pl.when(glog).then(pl.col("_ts")).otherwise(pl.col("_asc_ts")).alias("ts"),
-        pl.when(glog).then(glog_msg).otherwise(pl.col("_asc_msg")).alias("msg"),
-    ).drop("_glog", "_level", "_ts", "_asc_level", "_asc_ts", "_asc_msg")
+    msg = out.select(glog_msg).to_series()
+    return out.with_columns(fields["_level"].scatter(where, asc["level"]).alias("level"),
+                            fields["_ts"].scatter(where, asc["ts"]).alias("ts"),
+                            msg.scatter(where, asc["msg"]).alias("msg"))
 
 
 def _line_masks(df: pl.DataFrame, present: frozenset[str] | None,
