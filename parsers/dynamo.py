@@ -46,7 +46,7 @@ import polars as pl
 from postmortem.schema import conform, frame
 
 from . import scan
-from .lines import extract_groups, following, header_source
+from .lines import extract_groups, following, header_source, key_ids
 from .runtime import TRACEBACK_FRAME, is_user_frame
 
 MAX_REASON = 1000
@@ -565,6 +565,7 @@ def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
     dyn = dyn.with_columns(
         pl.coalesce(pl.col("art"), pl.col("emitter"), pl.lit("")).alias("stream"),
     )
+    dyn = dyn.with_columns(key_ids(dyn, key))  # (windows and groups over a stream by its number)
     # The `Tensor.item()` warning's "Graph break: from user code at:" continues the block its head
     # ("Graph break from `Tensor.item()`, consider setting:") began; with the head cut off it is the block.
     # (worked out over every line only where there is such a line)
@@ -573,15 +574,16 @@ def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
             pl.col("body").str.starts_with("Graph break from `Tensor.item()`"))
         dyn = dyn.with_columns(
             pl.when(pl.col("kind").is_null() | (pl.col("kind") != "item_tail")).then(pl.col("kind"))
-            .when(head.forward_fill().shift(1).over(key).fill_null(False)).then(pl.lit(None))
+            .when(head.forward_fill().shift(1).over("_key").fill_null(False)).then(pl.lit(None))
             .otherwise(pl.lit("item_tail")).alias("kind"),
         )
-    dyn = dyn.with_columns(pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over(key).alias("block"))
+    dyn = dyn.with_columns(pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over("_key").alias("block"))
     return (
         dyn.filter(pl.col("block") > 0)
-        .group_by([*key, "block"], maintain_order=True)
-        .agg(pl.col("kind").first(), pl.col("line_no").first(), pl.col("row").first(), pl.col("when").first(),
-             pl.col("body"), pl.col("_m"))
+        .group_by(["_key", "block"], maintain_order=True)
+        .agg(*(pl.col(c).first() for c in key), pl.col("kind").first(), pl.col("line_no").first(),
+             pl.col("row").first(), pl.col("when").first(), pl.col("body"), pl.col("_m"))
+        .select(*key, "block", "kind", "line_no", "row", "when", "body", "_m")
     )
 
 

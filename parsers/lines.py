@@ -117,6 +117,19 @@ def per_distinct(df: pl.DataFrame, key: str, *exprs: pl.Expr) -> pl.DataFrame:
     return df.join(values, on=key, how="left", maintain_order="left", nulls_equal=True)
 
 
+def key_ids(df: pl.DataFrame, key: list[str]) -> pl.Series:
+    """A number for each row's ``key`` (some of ``df``'s columns; NULLs equal), equal for rows of
+    equal keys. Rows of one key follow one another (a file's lines, a stream's records): the keys
+    are compared with the row before, and only the first rows of such runs hashed; a window or a
+    group over the number then hashes one integer a row instead of several strings."""
+    changed = pl.any_horizontal(*(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in key))
+    first = df.select(changed).to_series().scatter(0, True) if df.height else pl.Series([], dtype=pl.Boolean)
+    firsts = df.select(key).filter(first)
+    ids = firsts.join(firsts.unique(key, maintain_order=True).with_row_index("_key"), on=key, how="left",
+                      maintain_order="left", nulls_equal=True)["_key"]
+    return ids.gather(first.cum_sum() - 1).alias("_key")
+
+
 def following(df: pl.DataFrame, start: dict, lines: int, first: int = 0) -> pl.DataFrame:
     """``lines`` rows of ``df`` from ``first`` rows after ``start`` (one of its rows; 0 is the row
     itself), those of start's file only: a frame can hold several small files one after another."""

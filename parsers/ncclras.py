@@ -29,6 +29,7 @@ import polars as pl
 
 from postmortem.schema import frame
 
+from . import scan
 from .lines import following
 
 _BLOCK = re.compile(r"^#(?P<group>\d+)-(?P<comm>\d+) \((?P<hash>[0-9a-f]+)\) MISMATCH\s*$")
@@ -37,10 +38,16 @@ _GROUP = re.compile(r"^\s*(?P<count>\d+) ranks have launched up to operation (?P
 _NONE = re.compile(r"^\s*(?P<count>\d+) ranks have not launched any operations")
 _RANK = re.compile(r"^\s*Rank (?P<rank>\d+)(?: has launched up to operation (?P<opcount>\d+)| has not launched any "
                    r"operations)? -- GPU")
-_TOTAL = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")  # the job summary's numbers row
+# The job summary's numbers row, on the line after its header's second line (rasOutAppend's
+# "(total)   per node  per process    (total)  (total)\n%7d  %9d  %11d  %9d  %7d\n").
+_TOTAL_HEADER = r"^\s*\(total\)\s+per node\b"
+_TOTAL = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
 BLOCK_LINES = 200
 
-LINES = r"\) MISMATCH\s*$|^\s*\d+\s+\d+\s+\d+\s+\d+\s+\d+\s*$"
+LINES = rf"\) MISMATCH\s*$|{_TOTAL_HEADER}"
+# (the numbers row is read as the line after its header: a row of numbers alone holds no literal
+# a scan could find, and a regex over every line of every log costs ~12 ms per 16 MB)
+TRIGGER = scan.Trigger("ncclras", (") MISMATCH", "(total)"))
 
 
 def _read_block(lines: list[dict]) -> dict:
@@ -69,10 +76,11 @@ def _read_block(lines: list[dict]) -> dict:
 
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
     """One ``ras_mismatch`` event per RAS mismatch block in the chunk."""
-    totals = own.filter(pl.col("text").str.contains(_TOTAL.pattern))
-    for row in totals.select("file", "text").to_dicts():
-        # Nodes, processes per node, GPUs per process, processes (total), GPUs (total)
-        state.setdefault("ras_processes", {})[row["file"]] = int(_TOTAL.match(row["text"])[4])
+    for header in own.filter(pl.col("text").str.contains(_TOTAL_HEADER)).select("file", "pos").to_dicts():
+        numbers = following(df, header, 1, first=1)["text"]
+        m = _TOTAL.match(numbers[0]) if numbers.len() else None
+        if m:  # Nodes, processes per node, GPUs per process, processes (total), GPUs (total)
+            state.setdefault("ras_processes", {})[header["file"]] = int(m[4])
     starts = own.filter(pl.col("text").str.contains(_BLOCK.pattern))
     events = []
     for start in starts.select("file", "pos", "line_no", "text", "ts_ff").to_dicts():

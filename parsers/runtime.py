@@ -238,9 +238,12 @@ def _log_events(own: pl.DataFrame, state: dict) -> pl.DataFrame:
         .otherwise(pl.col("rank"))
         .cast(pl.Int32).alias("rank")
     )
-    # own is in line order: the last timed row of each rank is its last line (found on the keys alone)
-    last_rows = (own.select("pos", "file", "rank", (pl.col("ts").is_not_null() & pl.col("rank").is_not_null()).alias("_timed"))
-                 .filter("_timed").unique(subset=["file", "rank"], keep="last", maintain_order=True)["pos"])
+    # own is in line order: the last timed row of each rank is its last line. It ends a run of rows
+    # of one file and rank, so the keys are compared with the next row's first, and only the runs'
+    # last rows hashed (a rank's file is one run; hashing every row cost ~4 ms per 16 MB).
+    timed = own.select("pos", "file", "rank", "ts").filter(pl.col("rank").is_not_null() & pl.col("ts").is_not_null())
+    run_end = pl.col("file").ne_missing(pl.col("file").shift(-1)) | pl.col("rank").ne_missing(pl.col("rank").shift(-1))
+    last_rows = timed.filter(run_end).unique(subset=["file", "rank"], keep="last", maintain_order=True)["pos"]
     last = (
         header_source(own.filter(pl.col("pos").is_in(last_rows.implode())))
         .select("file", "rank", "ts", "line_no", "level", pl.col("src").alias("source"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -166,3 +167,16 @@ def test_untimed_traceback_is_moved_to_the_ranks_last_sign_of_life(sample):
     last_step = con.execute(
         "SELECT max(ts) FROM memory WHERE run_id = ? AND rank = 1 AND source = 'log'", [run_id]).fetchall()[0][0]
     assert last_step is not None and ts >= last_step
+
+
+def test_each_ranks_last_line_event_is_its_last_timed_line_in_a_console_where_ranks_interleave(sample):
+    # torchrun's console: rank 0's and rank 1's "[rankN]:" lines alternate, untimed traceback lines between
+    path = sample("hang_dataloader_console") / "console.log"
+    timed = re.compile(r"^\[rank(\d+)\]:\[?[IWEFV]\d{4} \d\d:\d\d:\d\d")
+    last: dict[int, int] = {}
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        if m := timed.match(line):
+            last[int(m[1])] = number
+    assert len(last) == 2
+    events = parse_file(path)["events"].filter(pl.col("kind") == "last_line")
+    assert dict(events.select("rank", "line_no").iter_rows()) == last
