@@ -142,20 +142,21 @@ def _asctime_lines(df: pl.DataFrame) -> pl.DataFrame:
 
 @dataclass
 class HeaderRuns:
-    """A frame's lines in runs of those whose bytes up to the first "]" are the same.
+    """A frame's lines in runs of those whose bytes up to the first "]", and the one after it, are the same.
 
     A multi-line log record (a TORCH_LOGS graph break or guard dump, a warning with its stack)
     repeats its header on every line: what a header says is worked out on the first line of each
-    run (``first``) and copied to the others (``spread``). A line without a "]" is a run alone.
+    run (``first``) and copied to the others (``spread``); where its message starts too (after the
+    space a header is followed by). A line without a "]" is a run alone.
     """
 
-    head: pl.Series  # each line up to its first "]" (NULL where it has none)
+    head: pl.Series  # each line up to its first "]" and the character after it (NULL where it has no "]")
     first: pl.Series  # Boolean: the line starts a run
     run: pl.Series | None  # each line's run, numbered from 0 (None: every line starts one)
 
     @classmethod
     def of(cls, text: pl.Series) -> HeaderRuns:
-        head = text.str.slice(0, text.str.find("]", literal=True) + 1)
+        head = text.str.slice(0, text.str.find("]", literal=True) + 2)
         first = head.is_null() | head.ne_missing(head.shift(1))
         return cls(head, first, None if first.all() else first.cum_sum() - 1)
 
@@ -176,12 +177,16 @@ def with_headers(df: pl.DataFrame, year: int, runs: HeaderRuns | None = None) ->
     text = pl.col("text")
     runs = runs or HeaderRuns.of(df["text"])
     # (taken from the line's head, its text up to the first "]": all a glog header's fields lie in it)
-    fields = runs.spread(_glog_fields(runs.firsts(runs.head).alias("text").to_frame(), year))
+    heads = runs.firsts(runs.head)
+    fields = _glog_fields(heads.alias("text").to_frame(), year)
+    # the message starts after the header and the one space that follows it
+    after = fields["src_end"] + 1
+    fields = runs.spread(fields.with_columns(
+        (after + (heads.str.slice(after, 1) == " ").cast(pl.UInt32)).alias("_msg_at")))
     others = ~fields["_glog"]
     n_others = int(others.sum())
     out = df.with_columns(fields["src_at"], fields["src_end"])
-    # the message starts after the header and the one space that follows it
-    glog_msg = text.str.slice(pl.col("src_end") + 1).str.strip_prefix(" ")
+    glog_msg = text.str.slice(fields["_msg_at"])
     if not n_others:
         return out.with_columns(fields["_level"].alias("level"), fields["_ts"].alias("ts"), glog_msg.alias("msg"))
     if n_others == df.height:
@@ -269,8 +274,11 @@ def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_t
     ts_ff, ts_bf = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
     if last_ts is not None:
         ts_ff = ts_ff.fill_null(pl.lit(last_ts, dtype=pl.Datetime("us")))
-    if df["file"].n_unique() > 1:
-        ts_ff, ts_bf = ts_ff.over("file"), ts_bf.over("file")
+    # (a frame holds whole files one after another: each file is a run of rows, numbered where the
+    # name changes, which costs less than hashing every row's name)
+    file_no = df.select(pl.col("file").ne_missing(pl.col("file").shift(1)).cum_sum()).to_series()
+    if file_no.len() and file_no[-1] > 1:
+        ts_ff, ts_bf = ts_ff.over(file_no), ts_bf.over(file_no)
     df = df.with_columns(ts_ff.alias("ts_ff"), ts_bf.alias("ts_bf"))
     own = df.head(own_rows)
     if own.height:

@@ -33,12 +33,29 @@ HEAD_BYTES = 64 << 10
 # to another rank's progress bar ("  0%|          | 0/10 [00:00<?, ?it/s][rank0]:[W1201 ...",
 # both writing one console) makes the file mixed.
 _RANK_PREFIX = re.compile(rb"\[rank(\d+)\]:")
-_TEE_PREFIX = re.compile(rb"^\[([A-Za-z_]+?)(\d+)\]:", re.M)
+# torchrun --tee's "[default0]:" (any word but "rank" before the number) at a line's start. Found
+# after each newline, a literal Python's re looks for fast (a "^" in MULTILINE mode is tried at
+# every byte: 0.4 ms a 64 KB head); the head's first line is matched apart.
+_TEE_WORD = rb"\[(?!rank\d)([A-Za-z_]+?)(\d+)\]:"
+_TEE_FIRST, _TEE_NEXT = re.compile(_TEE_WORD), re.compile(b"\n" + _TEE_WORD)
 _TORCHRUN_LAYOUT = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log(?:\.gz)?$|(?:^|/)attempt_\d+/(\d+)/error\.json$")
 _NAME_RANK = re.compile(r"(?i)(?:^|[^a-z])rank[_-]?(\d+)(?!\d)")
 # A flight-recorder dump is "<TORCH_NCCL_DEBUG_INFO_TEMP_FILE prefix><rank>", e.g. NVRx's "_dump_3".
 _NAME_DUMP_RANK = re.compile(r"(?i)(?:^|_)dump_?(\d+)$")
-_FULL_DATE = re.compile(rb"\b(20\d\d)-(\d\d)-(\d\d)[ _T]\d\d:\d\d:\d\d")
+# A full date and time, "2026-11-29 13:33:12" (after no letter, digit or "_": \b). Searched without
+# the \b, which keeps Python's re from looking for its literal "20" fast (46 -> 2 ms over 136 heads).
+_FULL_DATE = re.compile(rb"(20\d\d)-(\d\d)-(\d\d)[ _T]\d\d:\d\d:\d\d")
+_WORD_BYTES = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")
+
+
+def first_full_date(head: bytes) -> re.Match | None:
+    """The first full date in ``head`` that starts a word (where a regex word boundary would let it)."""
+    at = 0
+    while m := _FULL_DATE.search(head, at):
+        if m.start() == 0 or head[m.start() - 1] not in _WORD_BYTES:
+            return m
+        at = m.start() + 1
+    return None
 
 _PARSERS_BY_KIND = {parser.KIND: parser for parser in FILE_PARSERS}
 
@@ -145,7 +162,8 @@ def rank_from_name(rel: str) -> int | None:
 
 def rank_from_content(head: bytes) -> tuple[int | None, bool]:
     """(the one rank the lines' prefixes name, whether the file is a torchrun console)."""
-    tee = {int(n) for word, n in _TEE_PREFIX.findall(head) if word != b"rank"}
+    first = _TEE_FIRST.match(head)
+    tee = {int(n) for _, n in _TEE_NEXT.findall(head)} | ({int(first[2])} if first else set())
     if tee:
         return (next(iter(tee)) if len(tee) == 1 else None), True
     ranks = {int(n) for n in _RANK_PREFIX.findall(head)}
@@ -277,7 +295,7 @@ def discover(root: Path, limits: Limits = Limits()) -> Discovery:
         found.sources.append(source)
         if console:
             consoles.append(source)
-        date = _FULL_DATE.search(head)
+        date = first_full_date(head)
         (dated if date else undated).append(int(date[1]) if date else datetime.fromtimestamp(st.st_mtime).year)
     # A date printed in a log beats a file's mtime, which copying the logs resets.
     found.year = min(dated or undated or [datetime.now().year])

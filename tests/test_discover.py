@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from postmortem import api, pipeline
-from postmortem.discover import discover
+from postmortem.discover import discover, first_full_date, rank_from_content
 from postmortem.errors import PostmortemError
 
 from .conftest import sample_dir
@@ -147,3 +150,21 @@ def test_one_file_handed_over_alone_is_analyzed_and_an_archive_is_named_as_one(t
         tar.add(log, arcname="logs/out.log")
     with pytest.raises(PostmortemError, match="logs.tar.gz is an archive: unpack it and analyze the directory"):
         api.analyze(tmp_path / "logs.tar.gz", keep=False)
+
+
+# Heads made of the pieces prefixes and dates are made of, in any order: the fast searches must
+# find what the plain regexes (the definitions they replaced) find.
+_PIECES = st.lists(st.sampled_from([b"[rank3]:", b"[default1]:", b"[rank12]:", b"[rankx2]:", b"[w_4]:", b"\n", b"\r\n",
+                                    b"x", b"_", b" ", b"2026-11-29 13:33:12", b"2019-01-02T03:04:05", b"20", b"-",
+                                    b"[", b"]:", b"7"]), max_size=30).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(head=_PIECES)
+def test_the_tee_prefixes_and_the_first_date_are_those_the_plain_regexes_find(head):
+    tee = {int(n) for word, n in re.findall(rb"^\[([A-Za-z_]+?)(\d+)\]:", head, re.M) if word != b"rank"}
+    ranks = {int(n) for n in re.findall(rb"\[rank(\d+)\]:", head)}
+    one = lambda found: next(iter(found)) if len(found) == 1 else None  # noqa: E731
+    assert rank_from_content(head) == ((one(tee), True) if tee else (one(ranks), False))
+    date, fast = re.search(rb"\b(20\d\d)-(\d\d)-(\d\d)[ _T]\d\d:\d\d:\d\d", head), first_full_date(head)
+    assert (date and (date.span(), date.groups())) == (fast and (fast.span(), fast.groups()))
