@@ -383,7 +383,7 @@ def newline_blocks(fh: io.BufferedIOBase, size: int) -> Iterator[tuple[bytes, bo
         yield rest, False
 
 
-def _blocks_of_lines(path: Path, chunk_bytes: int) -> Iterator[bytes]:
+def blocks_of_lines(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
     """Blocks of whole lines (the last may lack its newline). A gzip stream that ends early
     yields what was read before the break, then raises EOFError."""
     with open_binary(path) as fh:
@@ -412,7 +412,7 @@ def read_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Lin
         return LineChunk(pl.concat([own, *pending]).head(own.height + LOOKAHEAD) if pending else own, own.height,
                          block.present if block else None, chunk_hits)
 
-    for data in _blocks_of_lines(path, chunk_bytes):
+    for data in blocks_of_lines(path, chunk_bytes):
         block = scanner.scan(data)
         current, block_hits = split_block(data, next_line, block)
         next_line += current.height

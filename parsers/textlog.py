@@ -38,6 +38,7 @@ Headers seen in real PyTorch 2.11 logs:
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,7 +46,7 @@ from datetime import datetime
 import polars as pl
 
 from . import detail, dynamo, horovod, memory, nccl, ncclras, progress, ranktime, runtime, scan
-from .lines import CHUNK_BYTES, LineChunk, read_line_chunks
+from .lines import CHUNK_BYTES, LineChunk, blocks_of_lines, read_line_chunks, split_block
 from .source import Source
 
 KIND = "text_log"
@@ -320,10 +321,22 @@ class Read:
     year: int
     present: frozenset[str] | None = None  # the triggers the scan found in the file (None: take all)
     hits: dict[str, pl.Series] | None = None  # positions in ``lines`` of each per-line trigger's rows
+    # or, not yet split: the file's lines as one block of bytes, split and scanned with other files' in ``build``
+    block: bytes | None = None
+    source: Source | None = None
 
 
 def read(source: Source) -> Read:
-    """A plain file's lines (one chunk: no lookahead to carry) and what the scan found in them."""
+    """A plain file's lines as one block of bytes, split in ``build`` with other files' (a split
+    or a scan has a fixed cost of milliseconds, as much as a hundred kilobytes of lines cost);
+    a console whose copies of ranks logged elsewhere are dropped, or a file grown past a block
+    while read, as lines (one chunk: no lookahead to carry) with what the scan found in them."""
+    if not source.tee_ranks_elsewhere:
+        blocks = list(blocks_of_lines(source.path))
+        if not blocks:
+            return Read(None, source.year)
+        if len(blocks) == 1:
+            return Read(None, source.year, block=blocks[0], source=source)
     chunks = [(*_file_lines(source, chunk), chunk) for chunk in read_line_chunks(source.path)]
     if not chunks:
         return Read(None, source.year)
@@ -334,6 +347,27 @@ def read(source: Source) -> Read:
         return Read(lines, source.year)
     _, _, chunk = chunks[0]
     return Read(lines, source.year, chunk.present, _hit_rows(lines["line_no"], chunk.hits))
+
+
+def _split_together(reads: list[Read]) -> Read:
+    """Files read as blocks (``read``) as lines: their blocks split and scanned as one, each
+    file's lines then numbered from 1 and given its name and, where no prefix names one, its rank."""
+    data = b"\n".join(r.block for r in reads)
+    found = scan.block_scanner().scan(data)
+    frame, hits = split_block(data, 1, found)
+    counts = [r.block.count(b"\n") + 1 for r in reads]
+    for r, count in zip(reads, counts):
+        r.source.lines = count
+    starts = pl.Series(list(itertools.accumulate(counts[:-1], initial=1)), dtype=pl.Int64)
+    # each row's file: the last whose first line is at or before the row's (a glued line cut in two is two rows)
+    of = starts.search_sorted(frame["line_no"], side="right").cast(pl.Int64) - 1
+    rows = _hit_rows(frame["line_no"], hits)  # (by the blocks' own line numbers)
+    frame = frame.with_columns(
+        (pl.col("line_no") - starts.gather(of) + 1).alias("line_no"),
+        pl.coalesce(pl.col("rank"), pl.Series([r.source.rank for r in reads], dtype=pl.Int32).gather(of)).alias("rank"),
+    )
+    return Read(frame.with_row_index("row").with_columns(pl.Series([r.source.name for r in reads]).gather(of).alias("file")),
+                reads[0].year, found.present if found else None, rows)
 
 
 def _batch_scan(reads: list[Read]) -> tuple[frozenset[str] | None, dict[str, pl.Series] | None]:
@@ -354,10 +388,18 @@ def _batch_scan(reads: list[Read]) -> tuple[frozenset[str] | None, dict[str, pl.
     return present, {name: pl.concat(rows) for name, rows in parts.items()}
 
 
+def _as_lines(reads: list[Read]) -> list[Read]:
+    """The reads, in order, with each run of files read as blocks split together."""
+    out: list[Read] = []
+    for as_block, run in itertools.groupby(reads, key=lambda r: r.block is not None):
+        out += [_split_together(list(run))] if as_block else list(run)
+    return out
+
+
 def build(reads: list[Read]) -> Iterator[tuple[str, pl.DataFrame]]:
     """The records of many files, parsed as one frame (a ``file`` column tells them apart)."""
     for year in sorted({r.year for r in reads}):
-        group = [r for r in reads if r.year == year and r.lines is not None and r.lines.height]
+        group = [r for r in _as_lines([r for r in reads if r.year == year]) if r.lines is not None and r.lines.height]
         if group:
             df = pl.concat([r.lines for r in group], rechunk=True).drop("row").with_row_index("row")
             yield from _parse_frame(df, df.height, year, {}, None, *_batch_scan(group))

@@ -101,3 +101,16 @@ def test_files_read_to_be_built_together_wait_in_bounded_batches(monkeypatch, sa
     assert sizes and max(sizes) <= 2 and sum(sizes) > 2
     assert split["verdict"] == whole["verdict"]
     assert [f["summary"] for f in split["findings"]] == [f["summary"] for f in whole["findings"]]
+
+
+def test_every_realworld_log_split_with_all_the_others_gives_what_it_gives_alone():
+    """The logs of every public thread (prefixes of many launchers, non-ASCII, CRs, progress bars,
+    files with and without a final newline) read as blocks and split as one: each file's records
+    are those it has alone, with its own line numbers."""
+    realworld = Path(__file__).parent / "realworld"
+    sources = [dataclasses.replace(s, name=f"{case.name}/{s.name}")
+               for case in sorted(p for p in realworld.iterdir() if p.is_dir())
+               for s in discover.discover(case).sources if s.kind == "text_log" and textlog.batchable(s)]
+    reads = [textlog.read(s) for s in sources]
+    assert len(sources) > 100 and all(r.block is not None for r in reads)
+    assert_same(tables(textlog.build(reads)), alone(sources))
