@@ -204,16 +204,32 @@ WORKER_ENVIRONMENT = {"POLARS_MAX_THREADS": "1", "_RJEM_MALLOC_CONF": "dirty_dec
                       "MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
 
 
+# What Polars itself puts in _RJEM_MALLOC_CONF at import where the user set nothing (polars/__init__.py:
+# its default, then the user's options after it), so in this process it is there before a pool starts:
+# a value of these is not the user's choice, and the workers' options go after it (jemalloc takes the last).
+_POLARS_JEMALLOC_DEFAULTS = ("dirty_decay_ms:500,muzzy_decay_ms:1000",
+                             "dirty_decay_ms:500,muzzy_decay_ms:1000,thp:always,metadata_thp:always")
+
+
+def _users_own(name: str) -> bool:
+    value = os.environ.get(name)
+    return value is not None and not (name == "_RJEM_MALLOC_CONF" and value in _POLARS_JEMALLOC_DEFAULTS)
+
+
 @contextlib.contextmanager
 def _worker_environment():
-    """Workers spawned inside see WORKER_ENVIRONMENT (only what the environment does not set)."""
-    added = [name for name in WORKER_ENVIRONMENT if name not in os.environ]
-    os.environ.update({name: WORKER_ENVIRONMENT[name] for name in added})
+    """Workers spawned inside see WORKER_ENVIRONMENT (only what the user has not set)."""
+    before = {name: os.environ.get(name) for name in WORKER_ENVIRONMENT if not _users_own(name)}
+    for name, value in before.items():
+        os.environ[name] = WORKER_ENVIRONMENT[name] if value is None else f"{value},{WORKER_ENVIRONMENT[name]}"
     try:
         yield
     finally:
-        for name in added:
-            os.environ.pop(name, None)
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progress | None) -> list[dict]:

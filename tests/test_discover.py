@@ -108,6 +108,15 @@ def test_parsing_workers_get_one_polars_thread_unless_the_user_chose_otherwise(m
     assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"
 
 
+def test_parsing_workers_allocator_options_follow_the_defaults_polars_sets_for_itself(monkeypatch):
+    # importing Polars puts its own default in _RJEM_MALLOC_CONF where the user set nothing: not a choice to keep
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "dirty_decay_ms:500,muzzy_decay_ms:1000")
+    with pipeline._worker_environment():
+        assert os.environ["_RJEM_MALLOC_CONF"] == (
+            "dirty_decay_ms:500,muzzy_decay_ms:1000," + pipeline.WORKER_ENVIRONMENT["_RJEM_MALLOC_CONF"])
+    assert os.environ["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:500,muzzy_decay_ms:1000"
+
+
 def test_torchrun_local_rank_dirs_take_the_global_rank_their_logs_name(tmp_path):
     from .test_synth import synth
 
