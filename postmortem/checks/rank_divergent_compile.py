@@ -61,8 +61,11 @@ def _rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
             SELECT arg_max(rid, (ts IS NULL, coalesce(ts, '-infinity'::TIMESTAMP), line_no)) FROM c GROUP BY rank, source
             UNION
             SELECT rid FROM c
-            WHERE event IN ('recompile', 'limit_hit', 'failure') OR (attrs->'cache') IS NOT NULL
-                  OR (attrs->'collectives') IS NOT NULL
+            -- (attrs, written by the parsers, hold a key's quoted name wherever they hold the key:
+            -- the text is searched first, and JSON taken apart only where it holds one)
+            WHERE event IN ('recompile', 'limit_hit', 'failure')
+                  OR (contains(attrs, '"cache"') AND (attrs->'cache') IS NOT NULL)
+                  OR (contains(attrs, '"collectives"') AND (attrs->'collectives') IS NOT NULL)
         )
         SELECT rank, source, attempt, event, function, code_file, code_line, reason_class,
                attrs->>'guard' AS guard, attrs->'cache' AS cache, attrs->'collectives' AS collectives, ts, file, line_no
