@@ -25,7 +25,7 @@ import gzip
 import inspect
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -397,6 +397,11 @@ def blocks_of_lines(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[byte
 def read_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[LineChunk]:
     """Yield the file's lines chunk by chunk, each with up to LOOKAHEAD lines of what follows
     (from as many of the next blocks as it takes: a small block may hold fewer lines)."""
+    return line_chunks(blocks_of_lines(path, chunk_bytes))
+
+
+def line_chunks(blocks: Iterable[bytes]) -> Iterator[LineChunk]:
+    """``read_line_chunks`` of blocks of whole lines already read (``blocks_of_lines``)."""
     pending: list[pl.DataFrame] = []  # the next chunk to yield, then the blocks after it
     next_line = 1
 
@@ -412,7 +417,7 @@ def read_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Lin
         return LineChunk(pl.concat([own, *pending]).head(own.height + LOOKAHEAD) if pending else own, own.height,
                          block.present if block else None, chunk_hits)
 
-    for data in blocks_of_lines(path, chunk_bytes):
+    for data in blocks:
         block = scanner.scan(data)
         current, block_hits = split_block(data, next_line, block)
         next_line += current.height

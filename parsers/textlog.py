@@ -46,7 +46,7 @@ from datetime import datetime
 import polars as pl
 
 from . import detail, dynamo, horovod, memory, nccl, ncclras, progress, ranktime, runtime, scan
-from .lines import CHUNK_BYTES, LineChunk, blocks_of_lines, read_line_chunks, split_block
+from .lines import CHUNK_BYTES, LineChunk, blocks_of_lines, key_ids, line_chunks, read_line_chunks, split_block
 from .source import Source
 
 KIND = "text_log"
@@ -275,10 +275,9 @@ def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_t
     ts_ff, ts_bf = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
     if last_ts is not None:
         ts_ff = ts_ff.fill_null(pl.lit(last_ts, dtype=pl.Datetime("us")))
-    # (a frame holds whole files one after another: each file is a run of rows, numbered where the
-    # name changes, which costs less than hashing every row's name)
-    file_no = df.select(pl.col("file").ne_missing(pl.col("file").shift(1)).cum_sum()).to_series()
-    if file_no.len() and file_no[-1] > 1:
+    # (a frame holds whole files one after another: numbered once a file, not hashed every row)
+    file_no = key_ids(df, ["file"])
+    if file_no.len() and file_no.max() > 0:
         ts_ff, ts_bf = ts_ff.over(file_no), ts_bf.over(file_no)
     df = df.with_columns(ts_ff.alias("ts_ff"), ts_bf.alias("ts_bf"))
     own = df.head(own_rows)
@@ -331,13 +330,10 @@ def read(source: Source) -> Read:
     or a scan has a fixed cost of milliseconds, as much as a hundred kilobytes of lines cost);
     a console whose copies of ranks logged elsewhere are dropped, or a file grown past a block
     while read, as lines (one chunk: no lookahead to carry) with what the scan found in them."""
-    if not source.tee_ranks_elsewhere:
-        blocks = list(blocks_of_lines(source.path))
-        if not blocks:
-            return Read(None, source.year)
-        if len(blocks) == 1:
-            return Read(None, source.year, block=blocks[0], source=source)
-    chunks = [(*_file_lines(source, chunk), chunk) for chunk in read_line_chunks(source.path)]
+    blocks = list(blocks_of_lines(source.path))
+    if len(blocks) == 1 and not source.tee_ranks_elsewhere:
+        return Read(None, source.year, block=blocks[0], source=source)
+    chunks = [(*_file_lines(source, chunk), chunk) for chunk in line_chunks(blocks)]
     if not chunks:
         return Read(None, source.year)
     lines = pl.concat([df for df, _, _ in chunks])
