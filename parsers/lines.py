@@ -25,7 +25,7 @@ import gzip
 import inspect
 import io
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -225,41 +225,47 @@ def split_lines(data: bytes | str, first_line_no: int, present: frozenset[str] |
     return _lines_frame(line_series(data, ascii), data, ascii, first_line_no, present)
 
 
-def split_block(data: bytes, first_line_no: int, found: scan.Found | None) -> tuple[pl.DataFrame, dict[str, pl.Series] | None]:
-    """``split_lines`` of a scanned block, and the numbers of the lines each per-line trigger's
-    matches fall on (None where the scan did not record them)."""
-    ascii = data.isascii()  # (16 MB take 2 ms: once a block)
+def split_block(data: bytes, first_line_no: int, found: scan.Found | None,
+                at: Sequence[int] = ()) -> tuple[pl.DataFrame, dict[str, pl.Series] | None, pl.Series]:
+    """``split_lines`` of a scanned block; the numbers of the lines each per-line trigger's
+    matches fall on (None where the scan did not record them); and those of the lines the byte
+    offsets ``at`` fall on (``first_line_no`` is the first line's)."""
+    ascii = data.isascii()  # (16 MB take 1 ms: once a block)
     raw = line_series(data, ascii)
     frame = _lines_frame(raw, data, ascii, first_line_no, found.present if found else None)
+    starts = _line_starts(raw, data)
+    numbers = _line_numbers(starts, data, first_line_no, list(at))
     if found is None or found.ends is None:
-        return frame, None
-    return frame, _hit_lines(raw, data, first_line_no, found.ends)
+        return frame, None, numbers
+    # a match's last byte (end - 1) lies in the line it is on
+    hits = {name: _line_numbers(starts, data, first_line_no, [end - 1 for end in ends]).unique()
+            for name, ends in found.ends.items()}
+    return frame, hits, numbers
 
 
-def _hit_lines(raw: pl.Series, data: bytes, first_line_no: int, ends: dict[str, list[int]]) -> dict[str, pl.Series]:
-    """The line numbers the match end offsets ``ends`` fall on, per trigger, each once.
-
-    The lines' byte lengths give where each starts, when decoding kept every line's length (a
-    replacement character is never shorter than the bytes it replaces, so equal totals mean no
-    line changed); otherwise the newlines before each match are counted in the bytes.
-    """
+def _line_starts(raw: pl.Series, data: bytes) -> pl.Series | None:
+    """Where each of the lines ``raw`` (those of ``data``) starts in ``data``, from their byte
+    lengths, when decoding kept every line's length (a replacement character is never shorter than
+    the bytes it replaces, so equal totals mean no line changed); None where it did not."""
     lengths = raw.str.len_bytes().cast(pl.Int64)
-    out: dict[str, pl.Series] = {}
-    if int(lengths.sum()) + raw.len() - 1 == len(data):
-        starts = (lengths + 1).cum_sum() - (lengths + 1)
-        for name, offsets in ends.items():
-            # a match's last byte (end - 1) lies in the line that starts at or before it
-            at = starts.search_sorted(pl.Series(offsets, dtype=pl.Int64) - 1, side="right").cast(pl.Int64) - 1
-            out[name] = (at + first_line_no).unique()
-        return out
-    for name, offsets in ends.items():
-        numbers, line, pos = set(), first_line_no, 0
-        for end in sorted(offsets):
-            line += data.count(b"\n", pos, end - 1)
-            pos = end - 1
-            numbers.add(line)
-        out[name] = pl.Series(sorted(numbers), dtype=pl.Int64)
-    return out
+    if int(lengths.sum()) + raw.len() - 1 != len(data):
+        return None
+    return (lengths + 1).cum_sum() - (lengths + 1)
+
+
+def _line_numbers(starts: pl.Series | None, data: bytes, first_line_no: int, offsets: list[int]) -> pl.Series:
+    """The numbers of the lines the byte offsets of ``data`` fall on, in their order: the lines'
+    ``starts`` searched, or where they are unknown, the newlines before each offset counted."""
+    if starts is not None:
+        # an offset lies in the line that starts at or before it
+        at = starts.search_sorted(pl.Series(offsets, dtype=pl.Int64), side="right").cast(pl.Int64) - 1
+        return at + first_line_no
+    numbers, line, pos = {}, first_line_no, 0
+    for offset in sorted(set(offsets)):
+        line += data.count(b"\n", pos, offset)
+        pos = offset
+        numbers[offset] = line
+    return pl.Series([numbers[offset] for offset in offsets], dtype=pl.Int64)
 
 
 def _lines_frame(lines: pl.Series, data: bytes, ascii: bool, first_line_no: int,
@@ -419,8 +425,9 @@ def line_chunks(blocks: Iterable[bytes]) -> Iterator[LineChunk]:
 
     for data in blocks:
         block = scanner.scan(data)
-        current, block_hits = split_block(data, next_line, block)
-        next_line += current.height
+        current, block_hits, _ = split_block(data, next_line, block)
+        if current.height:  # (not its height: a line cut in two is two rows of one number)
+            next_line = int(current["line_no"][-1]) + 1
         pending.append(current)
         found.append(block)
         hits.append(block_hits)

@@ -363,11 +363,12 @@ def _split_together(reads: list[Read]) -> Read:
     file's lines then numbered from 1 and given its name and, where no prefix names one, its rank."""
     data = b"\n".join(r.block for r in reads)
     found = scan.block_scanner().scan(data)
-    frame, hits = split_block(data, 1, found)
-    counts = [r.block.count(b"\n") + 1 for r in reads]
-    for r, count in zip(reads, counts):
-        r.source.lines = count
-    starts = pl.Series(list(itertools.accumulate(counts[:-1], initial=1)), dtype=pl.Int64)
+    # each file's first line: where its bytes start (counting a block's newlines costs 6 ms per 16 MB)
+    frame, hits, starts = split_block(data, 1, found, list(itertools.accumulate((len(r.block) + 1 for r in reads[:-1]),
+                                                                            initial=0)))
+    ends = [*starts[1:], frame["line_no"][-1] + 1]  # (the last row is the last line's, even a line cut in two)
+    for r, start, end in zip(reads, starts, ends):
+        r.source.lines = end - start
     # each row's file: the last whose first line is at or before the row's (a glued line cut in two is two rows)
     of = starts.search_sorted(frame["line_no"], side="right").cast(pl.Int64) - 1
     rows = _hit_rows(frame["line_no"], hits)  # (by the blocks' own line numbers)

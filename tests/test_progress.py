@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from parsers.lines import split_lines
+import polars as pl
+from parsers.lines import read_line_chunks, split_lines
 from postmortem import api
 
 CASE = Path(__file__).resolve().parent / "realworld" / "c_llamafactory_tokenize_timeout_2424"
@@ -19,6 +20,18 @@ def test_a_watchdog_line_glued_to_a_progress_bar_is_read_as_its_own_line():
     assert first[0].startswith("Running tokenizer on dataset:") and first[0].endswith("155.57 examples/s]")
     assert first[1].startswith("[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective operation timeout")
     assert lines["line_no"].to_list() == sorted(lines["line_no"].to_list())  # numbers stay the file's
+
+
+def test_lines_after_a_glued_bar_keep_their_numbers_when_the_file_is_read_in_chunks():
+    """A bar with a line glued on is two rows of one line: the next block's lines are numbered
+    on from the file's lines, not from the rows."""
+    path = CASE / "console.log"
+    (whole,) = (chunk.frame for chunk in read_line_chunks(path))
+    assert whole.height > whole["line_no"].n_unique()  # (the case holds a glued bar)
+    chunks = list(read_line_chunks(path, chunk_bytes=64))  # (a line a block)
+    assert len(chunks) > 2
+    chunked = pl.concat([chunk.frame.head(chunk.own) for chunk in chunks])
+    assert chunked.equals(whole)
 
 
 def test_a_bar_becomes_a_progress_event_with_its_elapsed_time_count_and_rate():

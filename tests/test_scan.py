@@ -96,7 +96,7 @@ def test_hit_lines_are_the_lines_holding_a_literal():
     for path in _text_files():
         data = path.read_bytes().rstrip(b"\n")
         found = scan.block_scanner().scan(data)
-        _, hits = lines.split_block(data, 1, found)
+        _, hits, _ = lines.split_block(data, 1, found)
         raw = lines.line_series(data)
         for trigger in per_line:
             want = raw.str.contains(trigger.regex()).arg_true() + 1
@@ -111,12 +111,24 @@ def test_hit_lines_where_decoding_changed_a_line():
     data = (SAMPLES / "hang_dataloader_nccl" / "console.log").read_bytes().rstrip(b"\n")
     data = data.replace(b"\n", b"\xe9\n", 3)
     found = scan.block_scanner().scan(data)
-    _, hits = lines.split_block(data, 1, found)
+    _, hits, _ = lines.split_block(data, 1, found)
     raw = lines.line_series(data)
     assert raw.str.contains("\ufffd").sum() == 3
     for name, got in hits.items():
         trigger = scan._DECLARED[name]
         assert got.sort().to_list() == (raw.str.contains(trigger.regex()).arg_true() + 1).to_list(), name
+
+
+@pytest.mark.parametrize("latin1", [False, True], ids=["utf8", "latin1"])
+def test_the_lines_byte_offsets_fall_on(latin1):
+    """What a block's files start at, as line numbers: from the lines' lengths, or where decoding
+    changed a line (a Latin-1 byte), from its newlines counted."""
+    data = (SAMPLES / "hang_dataloader_nccl" / "console.log").read_bytes()
+    if latin1:
+        data = data.replace(b"\n", b"\xe9\n", 3)
+    offsets = [0, 1, data.index(b"\n"), data.index(b"\n") + 1, len(data) // 2, len(data) - 1, 7]
+    _, _, numbers = lines.split_block(data, 5, scan.block_scanner().scan(data), offsets)
+    assert numbers.to_list() == [5 + data.count(b"\n", 0, offset) for offset in offsets]
 
 
 def test_a_block_with_too_many_matches_is_scanned_for_presence_alone():
