@@ -199,9 +199,12 @@ def _tasks(sources: list[Source]) -> list[list[Source]]:
 # freed pages, and Python's (glibc's malloc) takes a 16 MB block of a log from its heap, not a
 # mapping of its own, and does not trim the heap. A worker's memory is then what its largest file
 # took, as at its peak before. (64 ranks of 16 MB, against Polars' own 0.5 s of decay: 1.1M -> 0.19M
-# page faults in the workers, 3.6 -> 1.6 s of system time; the same peak RSS.)
+# page faults in the workers, 3.6 -> 1.6 s of system time; the same peak RSS.) NumPy, which pyarrow
+# imports, starts OpenBLAS's threads, which spin ~0.1 s of CPU before they sleep; a worker never
+# multiplies a matrix.
 WORKER_ENVIRONMENT = {"POLARS_MAX_THREADS": "1", "_RJEM_MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1",
-                      "MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
+                      "MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(4 << 30),
+                      "OPENBLAS_NUM_THREADS": "1"}
 
 
 # What Polars itself puts in _RJEM_MALLOC_CONF at import where the user set nothing (polars/__init__.py:
