@@ -187,13 +187,15 @@ def _log_events(own: pl.DataFrame, state: dict) -> pl.DataFrame:
     # log's Xid, a user's "step 7 loss nan", a CUDA kernel's assertion, DeepSpeed's "[INFO]
     # [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss
     # scale: 0, reducing to 0". The regex runs on those lines only.
-    notable = own.filter(pl.col("level").is_null() | (pl.col("level") == "I")).filter(
-        pl.col("msg").str.contains(_NOTABLE))["pos"]
+    # (masks over own, set where they hold: a lookup of every row's position in a list of them, or
+    # of its level in a list of levels, is a hash probe a row)
+    level = own["level"]
+    quiet = level.is_null() | (level == "I")
+    notable = quiet.scatter(quiet.arg_true(), own["msg"].filter(quiet).str.contains(_NOTABLE))
     # an agent's line at any level (its message tested on the rows the scan found it on, where it says)
     agent = scan.matching(own["msg"], _AGENT, _AGENT_LINES, scan.holding(own, state.get("hits"), _AGENT))
-    warnings = header_source(own.filter(
-        pl.col("level").is_in(["W", "E", "F", "C"]) | agent | pl.col("pos").is_in(notable.implode())
-    ))
+    worse = (level == "W") | (level == "E") | (level == "F") | (level == "C")
+    warnings = header_source(own.filter(worse.fill_null(False) | agent | notable))
     sent = extract_groups("msg", r"Sending process (?<pid>\d+) closing signal (?<sig>SIG\w+)")
     failed = extract_groups("msg", r"failed \(exitcode: (?<code>-?\d+)\) local_rank: (?<lr>\d+) \(pid: (?<pid>\d+)\)")
     events = warnings.select(

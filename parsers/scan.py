@@ -190,9 +190,15 @@ def holding(df: pl.DataFrame, hits: dict[str, pl.Series] | None, trigger: Trigge
     if hits is None or not trigger.per_line:
         return None
     rows = hits.get(trigger.name)
+    none = pl.repeat(False, df.height, eager=True, dtype=pl.Boolean)
     if rows is None:
-        return pl.repeat(False, df.height, eager=True, dtype=pl.Boolean)
-    return df["pos"].is_in(rows.implode())
+        return none
+    pos = df["pos"]
+    # A frame, or a head of one, holds the positions 0..height-1 in order (pos only rises): the hit
+    # rows are set where they are, not looked up a row at a time (a hash probe of every row).
+    if df.height and pos[0] == 0 and pos[-1] == df.height - 1:
+        return none.scatter(rows.filter(rows < df.height), True)
+    return pos.is_in(rows.implode())
 
 
 def matching(text: pl.Series, trigger: Trigger, exact: str, candidates: pl.Series | None = None) -> pl.Series:
