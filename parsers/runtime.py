@@ -191,7 +191,7 @@ def _log_events(own: pl.DataFrame, state: dict) -> pl.DataFrame:
     # of its level in a list of levels, is a hash probe a row)
     level = own["level"]
     quiet = level.is_null() | (level == "I")
-    notable = quiet.scatter(quiet.arg_true(), own["msg"].filter(quiet).str.contains(_NOTABLE))
+    notable = scan.contains_among(own["msg"], _NOTABLE, quiet)
     # an agent's line at any level (its message tested on the rows the scan found it on, where it says)
     agent = scan.matching(own["msg"], _AGENT, _AGENT_LINES, scan.holding(own, state.get("hits"), _AGENT))
     worse = (level == "W") | (level == "E") | (level == "F") | (level == "C")

@@ -190,15 +190,13 @@ def holding(df: pl.DataFrame, hits: dict[str, pl.Series] | None, trigger: Trigge
     if hits is None or not trigger.per_line:
         return None
     rows = hits.get(trigger.name)
-    none = pl.repeat(False, df.height, eager=True, dtype=pl.Boolean)
-    if rows is None:
-        return none
     pos = df["pos"]
+    if rows is not None and not (df.height and pos[0] == 0 and pos[-1] == df.height - 1):
+        return pos.is_in(rows.implode())
     # A frame, or a head of one, holds the positions 0..height-1 in order (pos only rises): the hit
     # rows are set where they are, not looked up a row at a time (a hash probe of every row).
-    if df.height and pos[0] == 0 and pos[-1] == df.height - 1:
-        return none.scatter(rows.filter(rows < df.height), True)
-    return pos.is_in(rows.implode())
+    none = pl.repeat(False, df.height, eager=True, dtype=pl.Boolean)
+    return none if rows is None else none.scatter(rows.filter(rows < df.height), True)
 
 
 def matching(text: pl.Series, trigger: Trigger, exact: str, candidates: pl.Series | None = None) -> pl.Series:
@@ -207,6 +205,12 @@ def matching(text: pl.Series, trigger: Trigger, exact: str, candidates: pl.Serie
     they are, else one literal pass, then the few candidates."""
     if candidates is None:
         candidates = text.str.contains(trigger.regex())
+    return contains_among(text, exact, candidates)
+
+
+def contains_among(text: pl.Series, exact: str, candidates: pl.Series) -> pl.Series:
+    """``text.str.contains(exact)`` where ``candidates`` (a Boolean mask), False elsewhere: the
+    regex runs on the candidate rows alone."""
     rows = candidates.arg_true()
     if rows.len() == 0:
         return candidates
