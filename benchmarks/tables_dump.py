@@ -10,6 +10,13 @@ For each scenario folder (one holding expected.json) the run is loaded and match
 the analysis ran (the run's id and time, its fingerprint of the analyzer's code), rows in a
 total order (ORDER BY ALL), so that two runs of the same input give the same files.
 
+Another commit's code, beside this checkout: give its tree the installed layout, or the
+installed (editable) parsers are the ones imported and the two dumps compare a tree with itself:
+
+    git archive OLD | tar -x -C /tmp/old
+    ln -s ../parsers /tmp/old/postmortem/parsers; ln -s ../signatures /tmp/old/postmortem/signatures
+    PYTHONPATH=/tmp/old python /tmp/old/benchmarks/tables_dump.py sample_logs tests/realworld --out /tmp/before
+
 Not a test: a whole-run golden file per scenario would be rewritten by every change that
 means to change a table. Run it before and after a change that means not to.
 """
@@ -20,7 +27,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from postmortem import api
+from postmortem import api, parsers
 from postmortem.schema import TABLES
 
 # Columns that differ between two analyses of the same files by the same tables.
@@ -47,6 +54,7 @@ def main() -> None:
     parser.add_argument("corpora", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    print(f"parsers: {Path(parsers.__file__).parent}", file=sys.stderr)  # (which code is dumped)
     for corpus in args.corpora:
         for scenario in api.scenario_dirs([corpus]):
             try:

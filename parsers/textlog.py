@@ -254,6 +254,11 @@ def _hit_rows(line_no: pl.Series, hits: dict[str, pl.Series] | None) -> dict[str
     rows, a tee'd copy dropped none)."""
     if hits is None:
         return None
+    low, high = (line_no[0], line_no[-1]) if line_no.len() else (0, -1)
+    if high - low == line_no.len() - 1 and (line_no.len() < 2 or line_no.diff().min() >= 1):
+        # (the numbers rise one a row: a line's row is its number less the first's)
+        return {name: (lines.filter((lines >= low) & (lines <= high)) - low).cast(pl.UInt32)
+                for name, lines in hits.items()}
     rows = {}
     for name, lines in hits.items():
         first, end = line_no.search_sorted(lines, side="left"), line_no.search_sorted(lines, side="right")
