@@ -326,9 +326,9 @@ def _without_prefixes(raw: pl.Series, ascii: bool) -> pl.DataFrame:
     The regex costs some 150 ns a line; most lines of a rank's log start with one rank tag (or
     two), which is then all the regex takes off, and a literal test shows it. Proof, from the
     regex: each of its parts is optional and tried in order, so it takes each part that matches
-    where the one before ended. A line that starts with a tag ("[", a letter) starts none of the
-    parts before the tags (they start with "(", a space, a digit, a word character, or "[" and a
-    digit); its first tag part is that tag, the only way "[letters digits]:" matches; and a second
+    where the one before ended. A line that starts with a tag ("[", then a letter or "_") starts
+    none of the parts before the tags (they start with "(", a space, a digit, a word character, or
+    "[" and a digit); its first tag part is that tag, the only way "[letters digits]:" matches; and a second
     tag part needs a "[" right after it. So a line that starts with tag T takes off exactly T
     where T is two tags, or T is one and no "[" follows it.
     """
