@@ -309,15 +309,28 @@ _TAGS = re.compile(r"(?:\[[A-Za-z_]+\d+\]:){1,2}")
 _TAG_SAMPLE = 64  # lines whose prefixes say which tags are common
 
 
+def _regex_cut(lines: pl.Series, ascii: bool) -> tuple[pl.Series, pl.Series]:
+    """Each line without its prefixes (``_PREFIXES``), and those."""
+    text = lines.str.replace(_PREFIXES, "")
+    # (lengths in bytes are the string's own, in characters counted: the same where all is ASCII)
+    length = (lambda c: c.str.len_bytes()) if ascii else (lambda c: c.str.len_chars())
+    return text, lines.str.head(length(lines) - length(text))
+
+
 def _common_tags(raw: pl.Series) -> list[str]:
     """The rank tags (``_TAGS``) that start a quarter or more of a sample of the lines, most common first."""
     if raw.len() < 4 * _TAG_SAMPLE:
         return []
-    sample = raw.gather(pl.int_range(0, raw.len(), raw.len() // _TAG_SAMPLE, eager=True))
-    cut = sample.str.replace(_PREFIXES, "")
-    prefixes = sample.str.head(sample.str.len_chars() - cut.str.len_chars())
-    counts = prefixes.value_counts(sort=True)
-    return [tag for tag, n in counts.rows() if n * 4 >= sample.len() and tag and _TAGS.fullmatch(tag)]
+    # (64 lines: their characters counted, whether ASCII or not)
+    _, prefixes = _regex_cut(raw.gather(pl.int_range(0, raw.len(), raw.len() // _TAG_SAMPLE, eager=True)), False)
+    return [tag for tag, n in prefixes.value_counts(sort=True).rows()
+            if n * 4 >= prefixes.len() and tag and _TAGS.fullmatch(tag)]
+
+
+def _starting_with(raw: pl.Series, tag: str) -> pl.Series:
+    """The lines from which the prefix regex takes off ``tag`` and nothing more (see ``_without_prefixes``)."""
+    at = raw.str.starts_with(tag)
+    return at & ~raw.str.starts_with(tag + "[") if tag.count("]:") == 1 else at
 
 
 def _without_prefixes(raw: pl.Series, ascii: bool) -> pl.DataFrame:
@@ -328,37 +341,26 @@ def _without_prefixes(raw: pl.Series, ascii: bool) -> pl.DataFrame:
     regex: each of its parts is optional and tried in order, so it takes each part that matches
     where the one before ended. A line that starts with a tag ("[", then a letter or "_") starts
     none of the parts before the tags (they start with "(", a space, a digit, a word character, or
-    "[" and a digit); its first tag part is that tag, the only way "[letters digits]:" matches; and a second
-    tag part needs a "[" right after it. So a line that starts with tag T takes off exactly T
-    where T is two tags, or T is one and no "[" follows it.
+    "[" and a digit); its first tag part is that tag, the only way "[letters digits]:" matches; and
+    a second tag part needs a "[" right after it. So a line that starts with tag T takes off exactly
+    T where T is two tags, or T is one and no "[" follows it.
     """
-    # (lengths in bytes are the string's own, in characters counted: the same where all is ASCII)
-    length = (lambda c: c.str.len_bytes()) if ascii else (lambda c: c.str.len_chars())
-
-    def regex_cut(lines: pl.Series) -> tuple[pl.Series, pl.Series]:
-        text = lines.str.replace(_PREFIXES, "")
-        return text, lines.str.head(length(lines) - length(text))
-
     tags = _common_tags(raw)
     if not tags:
-        text, prefix = regex_cut(raw)
+        text, prefix = _regex_cut(raw, ascii)
         return pl.DataFrame([text.alias("text"), prefix.alias("prefix")])
     # every line as if it started with the most common tag; then the other tags' lines, then the regex's
     text = raw.str.slice(len(tags[0]))
     prefix = pl.repeat(tags[0], raw.len(), dtype=pl.String, eager=True)
-    tagged = None
-    for tag in tags:
-        at = raw.str.starts_with(tag)
-        if tag.count("]:") == 1:
-            at = at & ~raw.str.starts_with(tag + "[")
-        if tagged is not None:
-            rows = at.arg_true()
-            text = text.scatter(rows, raw.gather(rows).str.slice(len(tag)))
-            prefix = prefix.scatter(rows, tag)
-        tagged = at if tagged is None else tagged | at
+    tagged = _starting_with(raw, tags[0])
+    for tag in tags[1:]:
+        at = _starting_with(raw, tag)
+        rows = at.arg_true()
+        text, prefix = text.scatter(rows, raw.gather(rows).str.slice(len(tag))), prefix.scatter(rows, tag)
+        tagged = tagged | at
     rest = (~tagged).arg_true()
     if rest.len():
-        rest_text, rest_prefix = regex_cut(raw.gather(rest))
+        rest_text, rest_prefix = _regex_cut(raw.gather(rest), ascii)
         text, prefix = text.scatter(rest, rest_text), prefix.scatter(rest, rest_prefix)
     return pl.DataFrame([text.alias("text"), prefix.alias("prefix")])
 
