@@ -197,15 +197,20 @@ def read_new(path: Path, offset: int) -> tuple[int, int, str]:
     return data.count(b"\n"), size, last
 
 
+def read_rest(progress: RankProgress) -> None:
+    """Count what a rank wrote since the last look into the files it was seen writing."""
+    for path, offset in list(progress.offsets.items()):
+        count, progress.offsets[path], last = read_new(path, offset)
+        progress.lines += count
+        progress.last_line = last or progress.last_line
+
+
 def look(progress: RankProgress, now: float, wall: float, interval_s: float, under: Path | None) -> None:
     """Update one rank's progress: its log files' new lines and its CPU time since the last look."""
     ticks = cpu_ticks(progress.pid)
     if ticks is None:
         # It exited since the last look: what it wrote last is still in the files it had open.
-        for path, offset in list(progress.offsets.items()):
-            count, progress.offsets[path], last = read_new(path, offset)
-            progress.lines += count
-            progress.last_line = last or progress.last_line
+        read_rest(progress)
         progress.gone = True
         return
     moved = False
@@ -545,6 +550,9 @@ def watch_command(argv: list[str], options: Options, out: Path | None = None,
             killed = {"pids": sorted(tree.seen), "survivors": stop(tree, options.grace_s), "seconds": None}
         tree.reap()
         tail.poll()
+        # The launcher can exit between two looks: the ranks' last lines came after the last one.
+        for progress in watcher.ranks.values():
+            read_rest(progress)
     finally:
         if not was_subreaper:
             processes.subreaper(False)

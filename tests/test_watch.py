@@ -208,8 +208,23 @@ def test_healthy_eight_rank_job_with_uneven_steps_exits_0_with_no_verdict(tmp_pa
     assert final["stalls"] == 0 and final["verdict"] is None
     assert final["ended"] == "exited" and final["exit_code"] == 0
     assert sorted(final["ranks"]) == [str(r) for r in range(8)]
-    assert all(r["lines"] >= 25 for r in final["ranks"].values())  # every step's line was seen
+    # every line each rank wrote was counted, its last ones too (the launcher may exit between two looks)
+    written = {str(rank): sum(f.read_bytes().count(b"\n") for f in (tmp_path / "w" / "logs").glob(f"*/attempt_0/{rank}/*.log"))
+               for rank in range(8)}
+    assert all(n >= 26 for n in written.values()), written  # its first line and one a step
+    assert {r: p["lines"] for r, p in final["ranks"].items()} == written
     assert proc.returncode == 0
+
+
+def test_what_a_rank_wrote_after_the_last_look_is_counted_at_the_end(tmp_path):
+    log = tmp_path / "stdout.log"
+    log.write_bytes(b"step 1\n")
+    # as a look that found the file and its first line leaves a rank
+    progress = watch.RankProgress(0, os.getpid(), offsets={log: 7}, lines=1, last_line="step 1")
+    with open(log, "ab") as f:
+        f.write(b"step 2\nstep 3\n")
+    watch.read_rest(progress)
+    assert (progress.lines, progress.last_line, progress.offsets[log]) == (3, "step 3", 21)
 
 
 def test_read_new_reads_only_what_was_appended(tmp_path):
