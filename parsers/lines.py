@@ -305,7 +305,8 @@ def _lines_frame(lines: pl.Series, data: bytes, ascii: bool, first_line_no: int,
 
 
 # A rank tag, or two ("[rank59]:", "[default0]:[rank0]:"): what torchrun puts before most lines.
-_TAGS = re.compile(r"(?:\[[A-Za-z_]+\d+\]:){1,2}")
+_TAG = r"\[[A-Za-z_]+\d+\]:"
+_TAGS = re.compile(rf"(?:{_TAG}){{1,2}}")
 _TAG_SAMPLE = 64  # lines whose prefixes say which tags are common
 
 
@@ -330,7 +331,13 @@ def _common_tags(raw: pl.Series) -> list[str]:
 def _starting_with(raw: pl.Series, tag: str) -> pl.Series:
     """The lines from which the prefix regex takes off ``tag`` and nothing more (see ``_without_prefixes``)."""
     at = raw.str.starts_with(tag)
-    return at & ~raw.str.starts_with(tag + "[") if tag.count("]:") == 1 else at
+    if tag.count("]:") > 1:
+        return at
+    # a "[" after one tag: another tag follows only where a whole one does (a c10d header,
+    # "[rank3]:[I1129 13:33:42.672765297 ...]", does not); tested on those lines alone
+    followed = scan.contains_among(raw, "^" + re.escape(tag) + _TAG,
+                                   raw.str.starts_with(tag + "["))
+    return at & ~followed
 
 
 def _without_prefixes(raw: pl.Series, ascii: bool) -> pl.DataFrame:
@@ -342,8 +349,8 @@ def _without_prefixes(raw: pl.Series, ascii: bool) -> pl.DataFrame:
     where the one before ended. A line that starts with a tag ("[", then a letter or "_") starts
     none of the parts before the tags (they start with "(", a space, a digit, a word character, or
     "[" and a digit); its first tag part is that tag, the only way "[letters digits]:" matches; and
-    a second tag part needs a "[" right after it. So a line that starts with tag T takes off exactly
-    T where T is two tags, or T is one and no "[" follows it.
+    a second tag part matches only a whole second tag right after it. So a line that starts with tag T
+    takes off exactly T where T is two tags, or T is one and no tag follows it.
     """
     tags = _common_tags(raw)
     if not tags:

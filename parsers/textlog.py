@@ -97,8 +97,8 @@ def sniff(head: bytes, name: str) -> bool:
 
 
 def _glog_fields(df: pl.DataFrame, year: int) -> pl.DataFrame:
-    """Each line's glog / c10 header fields: ``_glog`` (it has one), ``_level``, ``_ts``,
-    ``src_at`` and ``src_end`` (NULL but ``_glog`` where it has none). They depend on the line's
+    """Each line's glog / c10 header fields: ``_level``, ``_ts``, ``src_at`` and ``src_end``
+    (all NULL where it has none; ``src_end`` never where it has one). They depend on the line's
     bytes up to its first "]" alone (nothing in a glog header before its end is a "]", and a
     space follows its time): ``text`` may be just those."""
     text = pl.col("text")
@@ -118,7 +118,6 @@ def _glog_fields(df: pl.DataFrame, year: int) -> pl.DataFrame:
     stamp = pl.col("_stamp")
     stamp = pl.when(stamp.str.slice(3, 1) == " ").then(pl.concat_str(pl.lit("0"), stamp)).otherwise(stamp)
     return df.select(
-        glog.alias("_glog"),
         pl.when(glog).then(text.str.slice(start, 1)).alias("_level"),
         pl.concat_str(pl.lit(str(year)), stamp).str.strptime(pl.Datetime("us"), "%Y%m%d %H:%M:%S%.f",
                                                               strict=False).alias("_ts"),
@@ -185,7 +184,7 @@ def with_headers(df: pl.DataFrame, year: int, runs: HeaderRuns | None = None) ->
     after = fields["src_end"] + 1
     fields = runs.spread(fields.with_columns(
         (after + (heads.str.slice(after, 1) == " ").cast(pl.UInt32)).alias("_msg_at")))
-    others = ~fields["_glog"]
+    others = fields["src_end"].is_null()  # (the lines without a glog header)
     n_others = int(others.sum())
     out = df.with_columns(fields["src_at"], fields["src_end"])
     glog_msg = text.str.slice(fields["_msg_at"])
