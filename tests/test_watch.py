@@ -209,14 +209,15 @@ def test_healthy_eight_rank_job_with_uneven_steps_exits_0_with_no_verdict(tmp_pa
     assert final["ended"] == "exited" and final["exit_code"] == 0
     assert sorted(final["ranks"]) == [str(r) for r in range(8)]
     # every line each rank wrote was counted, its last ones too (the launcher may exit between two looks)
-    written = {str(rank): sum(f.read_bytes().count(b"\n") for f in (tmp_path / "w" / "logs").glob(f"*/attempt_0/{rank}/*.log"))
+    logs = tmp_path / "w" / "logs"
+    written = {str(rank): sum(f.read_bytes().count(b"\n") for f in logs.glob(f"*/attempt_0/{rank}/*.log"))
                for rank in range(8)}
     assert all(n >= 26 for n in written.values()), written  # its first line and one a step
     assert {r: p["lines"] for r, p in final["ranks"].items()} == written
     assert proc.returncode == 0
 
 
-def test_what_a_rank_wrote_after_the_last_look_is_counted_at_the_end(tmp_path):
+def test_read_rest_counts_what_a_rank_wrote_since_the_last_look(tmp_path):
     log = tmp_path / "stdout.log"
     log.write_bytes(b"step 1\n")
     # as a look that found the file and its first line leaves a rank
