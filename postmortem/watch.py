@@ -496,6 +496,12 @@ class Watcher:
     def analyzed_dir(self) -> Path:
         return self.out
 
+    def last_look(self) -> None:
+        """Every rank's files read to their end once the watch is over: the job can end, or be
+        killed, between two looks, and then its ranks' last lines came after the last one."""
+        for progress in self.ranks.values():
+            read_rest(progress)
+
     def rank_table(self, now: float) -> dict[str, dict]:
         return {str(r): {"pid": p.pid, "lines": p.lines, "cpu_s": round((p.cpu or 0) / CLOCK_TICKS, 2),
                          "idle_s": round(now - p.progressed_at, 1), "last_line": p.last_line, "gone": p.gone}
@@ -550,9 +556,7 @@ def watch_command(argv: list[str], options: Options, out: Path | None = None,
             killed = {"pids": sorted(tree.seen), "survivors": stop(tree, options.grace_s), "seconds": None}
         tree.reap()
         tail.poll()
-        # The launcher can exit between two looks: the ranks' last lines came after the last one.
-        for progress in watcher.ranks.values():
-            read_rest(progress)
+        watcher.last_look()
     finally:
         if not was_subreaper:
             processes.subreaper(False)
@@ -615,6 +619,7 @@ def watch_directory(directory: Path, options: Options, pids: list[int] | None = 
     t0 = time.monotonic()
     ended, killed = _loop(watcher, tree, lambda: all(p.gone for p in watcher.ranks.values()) and bool(watcher.ranks),
                           None, options)
+    watcher.last_look()
     return {"schema": SCHEMA, "command": None, "out_dir": str(directory), "ended": ended, "exit_code": None,
             "seconds": round(time.monotonic() - t0, 1), "pids": sorted(tree.seen), "instruments": {},
             "stalls": len(watcher.stalls), "killed": killed, "ranks": watcher.rank_table(time.monotonic()),
