@@ -31,8 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 
 from . import scan
+
+try:  # the C part of splitting (parsers/_lines.c), built where a compiler was at install
+    from . import _lines as _split_c
+except ImportError:  # pragma: no cover (CI builds it; tests/test_ascii_split.py fails without it)
+    _split_c = None
 
 CHUNK_BYTES = 32 << 20
 LOOKAHEAD = 400
@@ -222,8 +228,7 @@ def split_lines(data: bytes | str, first_line_no: int, present: frozenset[str] |
     ``present``: the triggers the scan found in ``data``, if it was scanned."""
     if isinstance(data, str):
         data = data.encode("utf-8", errors="replace")
-    ascii = data.isascii()
-    return _lines_frame(line_series(data, ascii), data, ascii, first_line_no, present)
+    return _frame_and_starts(data, first_line_no, present)[0]
 
 
 def split_block(data: bytes, first_line_no: int, found: scan.Found | None,
@@ -231,10 +236,7 @@ def split_block(data: bytes, first_line_no: int, found: scan.Found | None,
     """``split_lines`` of a scanned block; the numbers of the lines each per-line trigger's
     matches fall on (None where the scan did not record them); and those of the lines the byte
     offsets ``at`` fall on (``first_line_no`` is the first line's)."""
-    ascii = data.isascii()  # (16 MB take 1 ms: once a block)
-    raw = line_series(data, ascii)
-    frame = _lines_frame(raw, data, ascii, first_line_no, found.present if found else None)
-    starts = _line_starts(raw, data)
+    frame, starts = _frame_and_starts(data, first_line_no, found.present if found else None)
     numbers = _line_numbers(starts, data, first_line_no, list(at))
     if found is None or found.ends is None:
         return frame, None, numbers
@@ -242,6 +244,19 @@ def split_block(data: bytes, first_line_no: int, found: scan.Found | None,
     hits = {name: _line_numbers(starts, data, first_line_no, [end - 1 for end in ends]).unique()
             for name, ends in found.ends.items()}
     return frame, hits, numbers
+
+
+def _frame_and_starts(data: bytes, first_line_no: int,
+                      present: frozenset[str] | None) -> tuple[pl.DataFrame, pl.Series | None]:
+    """The frame of the lines of ``data``, and where each starts in it (None where decoding
+    changed a line's length): split in C where every line is read as its bytes are (ASCII, no
+    glued progress bar to cut, no CR to strip), else from the lines Polars decodes."""
+    ascii = data.isascii()  # (16 MB take 1 ms: once a block)
+    if (_split_c is not None and ascii and len(data) < 1 << 31
+            and not _holds(data, present, _BAR_END) and not _holds(data, present, _CR)):
+        return _ascii_frame(data, first_line_no)
+    raw = line_series(data, ascii)
+    return _lines_frame(raw, data, ascii, first_line_no, present), _line_starts(raw, data)
 
 
 def _line_starts(raw: pl.Series, data: bytes) -> pl.Series | None:
@@ -275,33 +290,87 @@ def _lines_frame(lines: pl.Series, data: bytes, ascii: bool, first_line_no: int,
     (a replace: its match is found by a DFA, where a capture group would need the slower engine
     on every line) and are what that took off the front; the rank and tee flag are parsed once
     per distinct prefix (a log has a handful) and joined."""
-    raw = pl.col("raw")
     df = pl.DataFrame({"raw": lines}).with_row_index("line_no", offset=first_line_no)
     if _holds(data, present, _BAR_END):
         df = _unglue(df)
     df = df.with_columns(_without_prefixes(df["raw"], ascii).get_columns())
-    parts = extract_groups("prefix", _PREFIX)
-    n0, n1, n2, m0, s0 = (parts.struct.field(n).cast(pl.Int32, strict=False) for n in ("n0", "n1", "n2", "m0", "s0"))
-    # a --tee word ("default") in the first rank prefix marks the agent console's copy of a worker's line
-    first_word = pl.coalesce(parts.struct.field("w0"), parts.struct.field("w1"))
-    # Lines come in runs of one prefix (a rank's own file holds one): its fields are found once a run.
-    prefix = df["prefix"]
-    first = prefix.ne_missing(prefix.shift(1))
-    fields = per_distinct(df.select("prefix").filter(first), "prefix", pl.coalesce(n2, n1, n0, m0, s0).alias("rank"),
-                          (first_word.is_not_null() & (first_word != "rank")).alias("tee"))
-    df = df.with_columns(fields.select(pl.col("rank", "tee").gather(first.cum_sum() - 1)).get_columns())
     text_col = pl.col("text")
     if _holds(data, present, _CR):
         text_col = text_col.str.strip_suffix("\r")
     # (a line of more characters has more bytes: the cut, a copy of every line, only where one has)
     if len(data) > MAX_LINE_CHARS and (df["text"].str.len_bytes().max() or 0) > MAX_LINE_CHARS:
         text_col = text_col.str.slice(0, MAX_LINE_CHARS)
-    return df.select(
-        pl.col("line_no").cast(pl.Int64),
-        "rank",
-        "tee",
-        text_col.alias("text"),
-    )
+    return _with_prefix_fields(df).select(pl.col("line_no").cast(pl.Int64), "rank", "tee", text_col.alias("text"))
+
+
+def _with_prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` (lines with their ``prefix``) with the ``rank`` and ``tee`` flag their prefixes say.
+    Lines come in runs of one prefix (a rank's own file holds one): its fields are found once a run."""
+    parts = extract_groups("prefix", _PREFIX)
+    n0, n1, n2, m0, s0 = (parts.struct.field(n).cast(pl.Int32, strict=False) for n in ("n0", "n1", "n2", "m0", "s0"))
+    # a --tee word ("default") in the first rank prefix marks the agent console's copy of a worker's line
+    first_word = pl.coalesce(parts.struct.field("w0"), parts.struct.field("w1"))
+    prefix = df["prefix"]
+    first = prefix.ne_missing(prefix.shift(1))
+    fields = per_distinct(df.select("prefix").filter(first), "prefix", pl.coalesce(n2, n1, n0, m0, s0).alias("rank"),
+                          (first_word.is_not_null() & (first_word != "rank")).alias("tee"))
+    return df.with_columns(fields.select(pl.col("rank", "tee").gather(first.cum_sum() - 1)).get_columns())
+
+
+def _ascii_frame(data: bytes, first_line_no: int) -> tuple[pl.DataFrame, pl.Series]:
+    """``_lines_frame`` of ASCII ``data`` that holds no glued progress bar and no CR, and where its
+    lines start: the byte work in C (``_lines.c``), one pass a step, each line's text and prefix a
+    string view into (a copy of) ``data`` instead of a copy of each. The decisions are ``_without_prefixes``' (its
+    proof holds here): a line that starts with a common rank tag loses that tag, unless a tag
+    of one is followed by a whole second tag; the regex takes the prefixes off every other line.
+    ``tests/test_ascii_split.py`` holds the two paths equal."""
+    block = arrow_owned(data)
+    starts_buf = _split_c.line_starts(block)
+    n = len(starts_buf) // 8
+    starts = _from_buffer(pa.int64(), n, starts_buf)
+    tags = _tags_common_in(_sample_lines(data, starts)) if n >= 4 * _TAG_SAMPLE else []
+    cut = _from_buffer(pa.int32(), n, _split_c.tag_lengths(block, starts_buf, tuple(t.encode() for t in tags)))
+    rest = (cut < 0).arg_true()
+    if rest.len():
+        # (the lines no common tag starts: the regex says what their prefixes are)
+        whole, _ = _split_c.line_views(block, starts_buf, bytes(4 * n), MAX_LINE_CHARS + (1 << 30))
+        _, rest_prefix = _regex_cut(_from_buffer(pa.string_view(), n, whole, block).gather(rest), True)
+        cut = cut.scatter(rest, rest_prefix.str.len_bytes().cast(pl.Int32))
+    texts, prefixes = _split_c.line_views(block, starts_buf, _values(cut), MAX_LINE_CHARS)
+    df = pl.DataFrame([pl.int_range(first_line_no, first_line_no + n, dtype=pl.Int64, eager=True).alias("line_no"),
+                       _from_buffer(pa.string_view(), n, prefixes, block).alias("prefix")])
+    text = _from_buffer(pa.string_view(), n, texts, block).alias("text")
+    return _with_prefix_fields(df).select("line_no", "rank", "tee", text), starts
+
+
+def _from_buffer(kind: pa.DataType, n: int, values: bytes, data: pa.Buffer | None = None) -> pl.Series:
+    """A column of ``n`` values of ``kind`` laid out in ``values`` (string views: into ``data``)."""
+    buffers = [None, arrow_owned(values)] + ([data] if data is not None else [])
+    return pl.from_arrow(pa.Array.from_buffers(kind, n, buffers))
+
+
+def arrow_owned(data: bytes) -> pa.Buffer:
+    """A copy of ``data`` in memory pyarrow allocated (0.8 ms for 16 MB), for a column to stand on.
+    Not the bytes object itself: Polars may drop a column on a thread of its own pool while this
+    thread, holding the GIL, waits for that pool; a buffer of Python's would need the GIL to be
+    released, and both would wait for ever (seen: a worker stuck pickling its frames)."""
+    buffer = pa.allocate_buffer(len(data))
+    memoryview(buffer).cast("B")[:] = data
+    return buffer
+
+
+def _values(column: pl.Series) -> pa.Buffer:
+    """The values of a numeric column without NULLs, as the bytes C reads."""
+    array = column.to_arrow()
+    width = array.type.byte_width
+    return array.buffers()[1][array.offset * width:(array.offset + len(array)) * width]
+
+
+def _sample_lines(data: bytes, starts: pl.Series) -> pl.Series:
+    """The lines of ``data`` (starting at ``starts``) that ``_common_tags`` looks at."""
+    rows = _sample_rows(starts.len()).to_list()
+    ends = [*(starts.gather([r + 1 for r in rows if r + 1 < starts.len()]) - 1).to_list(), len(data)]
+    return pl.Series([data[starts[r]:end].decode() for r, end in zip(rows, ends)], dtype=pl.String)
 
 
 # A rank tag, or two ("[rank59]:", "[default0]:[rank0]:"): what torchrun puts before most lines.
@@ -318,12 +387,22 @@ def _regex_cut(lines: pl.Series, ascii: bool) -> tuple[pl.Series, pl.Series]:
     return text, lines.str.head(length(lines) - length(text))
 
 
+def _sample_rows(n: int) -> pl.Series:
+    """Which of ``n`` lines (at least ``4 * _TAG_SAMPLE``) ``_common_tags`` looks at: every (n // 64)th."""
+    return pl.int_range(0, n, n // _TAG_SAMPLE, eager=True)
+
+
 def _common_tags(raw: pl.Series) -> list[str]:
     """The rank tags (``_TAGS``) that start a quarter or more of a sample of the lines, most common first."""
     if raw.len() < 4 * _TAG_SAMPLE:
         return []
+    return _tags_common_in(raw.gather(_sample_rows(raw.len())))
+
+
+def _tags_common_in(sample: pl.Series) -> list[str]:
+    """The rank tags that start a quarter or more of the lines of ``sample``."""
     # (64 lines: their characters counted, whether ASCII or not)
-    _, prefixes = _regex_cut(raw.gather(pl.int_range(0, raw.len(), raw.len() // _TAG_SAMPLE, eager=True)), False)
+    _, prefixes = _regex_cut(sample, False)
     return [tag for tag, n in prefixes.value_counts(sort=True).rows()
             if n * 4 >= prefixes.len() and tag and _TAGS.fullmatch(tag)]
 

@@ -45,10 +45,17 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import polars as pl
+import pyarrow as pa
 
 from . import detail, dynamo, horovod, memory, nccl, ncclras, progress, ranktime, runtime, scan
-from .lines import CHUNK_BYTES, LineChunk, blocks_of_lines, key_ids, line_chunks, read_line_chunks, split_block
+from .lines import (CHUNK_BYTES, LineChunk, arrow_owned, blocks_of_lines, key_ids, line_chunks, read_line_chunks,
+                    split_block)
 from .source import Source
+
+try:  # the byte work of the header stage, in C (parsers/_lines.c), built where a compiler was at install
+    from . import _lines as _headers_c
+except ImportError:  # pragma: no cover (CI builds it; tests/test_native_headers.py fails without it)
+    _headers_c = None
 
 KIND = "text_log"
 LINE_PARSERS = (runtime, nccl, ncclras, horovod, detail, dynamo, memory, ranktime, progress)
@@ -148,15 +155,20 @@ class HeaderRuns:
     A multi-line log record (a TORCH_LOGS graph break or guard dump, a warning with its stack)
     repeats its header on every line: what a header says is worked out on the first line of each
     run (``first``) and copied to the others (``spread``); where its message starts too (after the
-    space a header is followed by). A line without a "]" is a run alone.
+    space a header is followed by). A line without a "]" is its own head.
     """
 
-    head: pl.Series  # each line up to its first "]" and the character after it (NULL where it has no "]")
+    head: pl.Series  # each line up to its first "]" and the character after it (all of it where it has no "]")
     first: pl.Series  # Boolean: the line starts a run
     run: pl.Series | None  # each line's run, numbered from 0 (None: every line starts one)
+    # each line's glog header fields (``_header_fields``), where C worked them out with the runs
+    fields: pl.DataFrame | None = None
 
     @classmethod
-    def of(cls, text: pl.Series) -> HeaderRuns:
+    def of(cls, text: pl.Series, year: int | None = None) -> HeaderRuns:
+        """The runs of ``text``; with the ``year`` of its log, each line's header fields too, where C can."""
+        if _headers_c is not None and year is not None and 1000 <= year <= 9999 and not text.null_count():
+            return _native_runs(text, year)
         head = text.str.slice(0, text.str.find("]", literal=True) + 2)
         first = head.is_null() | head.ne_missing(head.shift(1))
         return cls(head, first, None if first.all() else first.cum_sum() - 1)
@@ -172,11 +184,41 @@ class HeaderRuns:
         return df.gather(self.run) if isinstance(df, pl.Series) else df.select(pl.all().gather(self.run))
 
 
-def with_headers(df: pl.DataFrame, year: int, runs: HeaderRuns | None = None) -> pl.DataFrame:
-    """Add level, ts and msg parsed from each line's log header, and where its source lies; the
-    header of a run of lines (``HeaderRuns``) is taken apart once."""
-    text = pl.col("text")
-    runs = runs or HeaderRuns.of(df["text"])
+def _native_runs(text: pl.Series, year: int) -> HeaderRuns:
+    """``HeaderRuns.of`` and ``_header_fields`` in one pass of C over the lines' bytes: the heads and
+    messages are string views into the lines' own buffers. A glog time of a shape other than
+    "MMDD HH:MM:SS.f" (or not a real time) is left to Polars' strptime (``_glog_fields``), on
+    those lines alone. ``tests/test_native_headers.py`` holds the two paths equal."""
+    array = text.to_arrow(compat_level=pl.CompatLevel.newest())
+    buffers = array.buffers()
+    n, data = len(array), buffers[2:]
+    views = buffers[1][array.offset * 16:(array.offset + n) * 16]
+    (heads, firsts, glog, levels, src_at, src_at_valid, src_end, msgs, ts, ts_valid,
+     unknown) = _headers_c.glog_headers(views, tuple(data), year)
+
+    def column(kind: pa.DataType, values: bytes, valid: bytes | None, *more: pa.Buffer) -> pl.Series:
+        buffers = [None if valid is None else arrow_owned(valid), arrow_owned(values), *more]
+        return pl.from_arrow(pa.Array.from_buffers(kind, n, buffers))
+
+    head = column(pa.string_view(), heads, None, *data)
+    first = column(pa.bool_(), firsts, None)
+    fields = pl.DataFrame([
+        column(pa.string_view(), levels, glog).alias("_level"),
+        column(pa.timestamp("us"), ts, ts_valid).alias("_ts"),
+        column(pa.int64(), src_at, src_at_valid).alias("src_at"),
+        column(pa.uint32(), src_end, glog).alias("src_end"),
+        column(pa.string_view(), msgs, glog, *data).alias("_msg"),
+    ])
+    if unknown:
+        rows = pl.from_arrow(pa.Array.from_buffers(pa.uint32(), len(unknown) // 4, [None, arrow_owned(unknown)]))
+        stamps = _glog_fields(head.gather(rows).alias("text").to_frame(), year)["_ts"]
+        fields = fields.with_columns(fields["_ts"].scatter(rows, stamps))
+    return HeaderRuns(head, first, None if first.all() else first.cum_sum() - 1, fields)
+
+
+def _header_fields(df: pl.DataFrame, year: int, runs: HeaderRuns) -> pl.DataFrame:
+    """Each line's glog / c10 header fields (``_level``, ``_ts``, ``src_at``, ``src_end``, all NULL
+    where it has none) and the message after the header (``_msg``): taken apart once a run."""
     # (taken from the line's head, its text up to the first "]": all a glog header's fields lie in it)
     heads = runs.firsts(runs.head)
     fields = _glog_fields(heads.alias("text").to_frame(), year)
@@ -184,22 +226,29 @@ def with_headers(df: pl.DataFrame, year: int, runs: HeaderRuns | None = None) ->
     after = fields["src_end"] + 1
     fields = runs.spread(fields.with_columns(
         (after + (heads.str.slice(after, 1) == " ").cast(pl.UInt32)).alias("_msg_at")))
+    msg = df.select(pl.col("text").str.slice(fields["_msg_at"])).to_series()
+    return fields.drop("_msg_at").with_columns(msg.alias("_msg"))
+
+
+def with_headers(df: pl.DataFrame, year: int, runs: HeaderRuns | None = None) -> pl.DataFrame:
+    """Add level, ts and msg parsed from each line's log header, and where its source lies; the
+    header of a run of lines (``HeaderRuns``) is taken apart once."""
+    runs = runs or HeaderRuns.of(df["text"], year)
+    fields = runs.fields if runs.fields is not None else _header_fields(df, year, runs)
     others = fields["src_end"].is_null()  # (the lines without a glog header)
     n_others = int(others.sum())
     out = df.with_columns(fields["src_at"], fields["src_end"])
-    glog_msg = text.str.slice(fields["_msg_at"])
     if not n_others:
-        return out.with_columns(fields["_level"].alias("level"), fields["_ts"].alias("ts"), glog_msg.alias("msg"))
+        return out.with_columns(fields["_level"].alias("level"), fields["_ts"].alias("ts"), fields["_msg"].alias("msg"))
     if n_others == df.height:
         return out.with_columns(_asctime_lines(df.select("text")).get_columns())
     # the few lines without a glog header are parsed alone, their fields put in their rows
     # (the text alone: Polars 2.1 panics taking these fields from a filtered frame of several columns)
     asc = _asctime_lines(df.select("text").filter(others))
     where = others.arg_true()
-    msg = out.select(glog_msg).to_series()
     return out.with_columns(fields["_level"].scatter(where, asc["level"]).alias("level"),
                             fields["_ts"].scatter(where, asc["ts"]).alias("ts"),
-                            msg.scatter(where, asc["msg"]).alias("msg"))
+                            fields["_msg"].scatter(where, asc["msg"]).alias("msg"))
 
 
 def _line_masks(df: pl.DataFrame, present: frozenset[str] | None,
@@ -272,7 +321,7 @@ def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_t
     time its earlier chunks ended on), or whole files one after another; ``present`` what the
     scan found in their bytes and ``hits`` in which rows (their positions in ``df``)."""
     df = df.with_row_index("pos")
-    runs = HeaderRuns.of(df["text"])
+    runs = HeaderRuns.of(df["text"], year)
     masks = _line_masks(df, present, hits, runs)
     state["present"] = present
     state["hits"] = hits

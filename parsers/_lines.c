@@ -1,0 +1,567 @@
+/* The byte work of reading text logs, one pass over the bytes for each step, where Polars would
+ * take a pass over every line for each of a dozen string operations:
+ *   - splitting an ASCII block into lines (parsers/lines.py): where each line starts, how long
+ *     the common rank tag that starts it is, each line's text and prefix as Arrow string views
+ *     into the block (not copies of it);
+ *   - taking each line's glog / c10 header apart (parsers/textlog.py): its run of lines of one
+ *     header, level, time, where its source lies, and its message (views again).
+ *
+ * It decides nothing the Python modules do not: lines._ascii_frame and textlog._native_runs call
+ * it, and the Polars code beside them (the reference, and the path where it is not built) gives
+ * the same frames (tests/test_ascii_split.py, tests/test_native_headers.py). A real line it
+ * reads, from a rank's stderr under PyTorch 2.11:
+ *
+ *     [rank0]:V1129 16:46:06.548000 844 torch/_dynamo/guards.py:4760] [0/1] [__recompiles] ...
+ *
+ * Input is a log, hostile: every read is bounded by the end of its block or string.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* An Arrow string view (16 bytes) of the ``len`` bytes at ``bytes``, which lie at ``offset`` in
+ * buffer ``buffer`` of the view array: its length, then the string itself when 12 bytes or
+ * fewer (zeros after it), else its first 4 bytes, the buffer's index and the offset. */
+static inline void make_view(uint8_t *view, const uint8_t *bytes, int32_t len, uint32_t buffer, uint32_t offset) {
+    memcpy(view, &len, 4);
+    if (len <= 12) {
+        memset(view + 4, 0, 12);
+        memcpy(view + 4, bytes, (size_t)len);
+    } else {
+        memcpy(view + 4, bytes, 4);
+        memcpy(view + 8, &buffer, 4);
+        memcpy(view + 12, &offset, 4);
+    }
+}
+
+/* A view of data[at:at+len], the block being the view array's buffer 0. */
+static inline void string_view(uint8_t *view, const uint8_t *data, int64_t at, int64_t len) {
+    make_view(view, data + at, (int32_t)len, 0, (uint32_t)at);
+}
+
+/* Whether a whole rank tag, "[" letters or "_" digits "]:" (lines._TAG), starts at p (before end). */
+static inline int starts_with_tag(const uint8_t *p, const uint8_t *end) {
+    if (p >= end || *p != '[')
+        return 0;
+    const uint8_t *q = ++p;
+    while (q < end && ((*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') || *q == '_'))
+        q++;
+    if (q == p)
+        return 0;
+    const uint8_t *digits = q;
+    while (q < end && *q >= '0' && *q <= '9')
+        q++;
+    return q > digits && end - q >= 2 && q[0] == ']' && q[1] == ':';
+}
+
+/* Ends of line i (starts holds n of them; the last line ends where the block does). */
+static inline int64_t line_end(const int64_t *starts, Py_ssize_t n, Py_ssize_t i, int64_t size) {
+    return i + 1 < n ? starts[i + 1] - 1 : size;
+}
+
+static int int64_buffer(PyObject *obj, Py_buffer *view, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (view->len % 8) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s: not an array of int64", what);
+        return -1;
+    }
+    return 0;
+}
+
+/* line_starts(block) -> bytes: the offset (int64) where each line starts; a final newline ends the
+ * last line but one, and an empty last line follows it (as str.split("\n") has it). */
+static PyObject *line_starts(PyObject *self, PyObject *args) {
+    Py_buffer block;
+    if (!PyArg_ParseTuple(args, "y*", &block))
+        return NULL;
+    const uint8_t *data = block.buf;
+    int64_t size = block.len;
+    Py_ssize_t n = 1;
+    for (const uint8_t *p = data; (p = memchr(p, '\n', (size_t)(data + size - p))) != NULL; p++)
+        n++;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (out) {
+        int64_t *starts = (int64_t *)PyBytes_AS_STRING(out);
+        starts[0] = 0;
+        Py_ssize_t i = 1;
+        Py_BEGIN_ALLOW_THREADS
+        for (const uint8_t *p = data; (p = memchr(p, '\n', (size_t)(data + size - p))) != NULL; p++)
+            starts[i++] = p + 1 - data;
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&block);
+    return out;
+}
+
+/* tag_lengths(block, starts, tags) -> bytes: for each line, the length (int32) of the first of
+ * ``tags`` (a tuple of bytes, each one rank tag or two) it starts with, or -1 for none. A tag
+ * of one followed by a whole second tag does not count (lines._starting_with: the prefix regex
+ * would take both off). */
+static PyObject *tag_lengths(PyObject *self, PyObject *args) {
+    Py_buffer block, starts_view;
+    PyObject *starts_obj, *tags;
+    if (!PyArg_ParseTuple(args, "y*OO!", &block, &starts_obj, &PyTuple_Type, &tags))
+        return NULL;
+    if (int64_buffer(starts_obj, &starts_view, "starts") < 0) {
+        PyBuffer_Release(&block);
+        return NULL;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(tags);
+    const char *tag[16];
+    Py_ssize_t tag_len[16];
+    int one_tag[16];
+    if (count > 16) {
+        PyErr_SetString(PyExc_ValueError, "tags: 16 at most");
+        goto fail;
+    }
+    for (Py_ssize_t t = 0; t < count; t++) {
+        PyObject *item = PyTuple_GET_ITEM(tags, t);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "tags: bytes");
+            goto fail;
+        }
+        tag[t] = PyBytes_AS_STRING(item);
+        tag_len[t] = PyBytes_GET_SIZE(item);
+        int closes = 0;
+        for (Py_ssize_t j = 0; j + 1 < tag_len[t]; j++)
+            closes += tag[t][j] == ']' && tag[t][j + 1] == ':';
+        one_tag[t] = closes == 1;
+    }
+    const uint8_t *data = block.buf;
+    int64_t size = block.len;
+    const int64_t *starts = starts_view.buf;
+    Py_ssize_t n = starts_view.len / 8;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!out)
+        goto fail;
+    int32_t *lengths = (int32_t *)PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t at = starts[i], end = line_end(starts, n, i, size);
+        lengths[i] = -1;
+        if (at < 0 || end > size || at > end)
+            continue;  /* (not a line of this block: the caller's mistake; the regex decides) */
+        for (Py_ssize_t t = 0; t < count; t++) {
+            if (end - at >= tag_len[t] && memcmp(data + at, tag[t], (size_t)tag_len[t]) == 0) {
+                if (!(one_tag[t] && starts_with_tag(data + at + tag_len[t], data + end)))
+                    lengths[i] = (int32_t)tag_len[t];
+                break;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&starts_view);
+    PyBuffer_Release(&block);
+    return out;
+fail:
+    PyBuffer_Release(&starts_view);
+    PyBuffer_Release(&block);
+    return NULL;
+}
+
+/* line_views(block, starts, prefix_lengths, max_chars) -> (texts, prefixes): each line's text
+ * (after its prefix, at most max_chars bytes) and its prefix as Arrow string views (16 bytes
+ * each) into the block. */
+static PyObject *line_views(PyObject *self, PyObject *args) {
+    Py_buffer block, starts_view, lengths_view;
+    PyObject *starts_obj, *lengths_obj;
+    Py_ssize_t max_chars;
+    if (!PyArg_ParseTuple(args, "y*OOn", &block, &starts_obj, &lengths_obj, &max_chars))
+        return NULL;
+    if (int64_buffer(starts_obj, &starts_view, "starts") < 0) {
+        PyBuffer_Release(&block);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(lengths_obj, &lengths_view, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&starts_view);
+        PyBuffer_Release(&block);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const uint8_t *data = block.buf;
+    int64_t size = block.len;
+    const int64_t *starts = starts_view.buf;
+    const int32_t *prefix = lengths_view.buf;
+    Py_ssize_t n = starts_view.len / 8;
+    if (lengths_view.len != n * 4 || size > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "line_views: one int32 prefix length a line, a block under 2 GiB");
+        goto done;
+    }
+    PyObject *texts = PyBytes_FromStringAndSize(NULL, n * 16), *prefixes = PyBytes_FromStringAndSize(NULL, n * 16);
+    if (!texts || !prefixes) {
+        Py_XDECREF(texts);
+        Py_XDECREF(prefixes);
+        goto done;
+    }
+    uint8_t *text_views = (uint8_t *)PyBytes_AS_STRING(texts), *prefix_views = (uint8_t *)PyBytes_AS_STRING(prefixes);
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && !bad; i++) {
+        int64_t at = starts[i], end = line_end(starts, n, i, size), cut = prefix[i];
+        if (at < 0 || end > size || at > end || cut < 0 || cut > end - at) {
+            bad = 1;
+            break;
+        }
+        int64_t text_end = end - (at + cut) > max_chars ? at + cut + max_chars : end;
+        string_view(text_views + 16 * i, data, at + cut, text_end - (at + cut));
+        string_view(prefix_views + 16 * i, data, at, cut);
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        Py_DECREF(texts);
+        Py_DECREF(prefixes);
+        PyErr_SetString(PyExc_ValueError, "line_views: a line or prefix outside the block");
+        goto done;
+    }
+    result = Py_BuildValue("(NN)", texts, prefixes);
+done:
+    PyBuffer_Release(&lengths_view);
+    PyBuffer_Release(&starts_view);
+    PyBuffer_Release(&block);
+    return result;
+}
+
+/* ---- log headers (parsers/textlog.py: HeaderRuns and with_headers, of which this is the byte work) ---- */
+
+static inline int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+/* textlog._GLOG_HEAD's source class: printable ASCII but a space and "]". */
+static inline int is_source_char(uint8_t c) { return c >= '!' && c <= '~' && c != ']'; }
+
+/* The rest of a glog header from p: " +" [!-\\^-~]+ ":" \d+ "]" (the source, up to the line's
+ * first "]", which must follow ":digits"). */
+static int source_then_close(const uint8_t *p, const uint8_t *end) {
+    if (p >= end || *p != ' ')
+        return 0;
+    while (p < end && *p == ' ')
+        p++;
+    const uint8_t *token = p;
+    while (p < end && is_source_char(*p))
+        p++;
+    if (p >= end || *p != ']' || p == token || !is_digit(p[-1]))
+        return 0;
+    const uint8_t *q = p - 1;
+    while (q > token && is_digit(*q))
+        q--;
+    return *q == ':' && q > token;
+}
+
+/* Whether the line starts with a glog or c10 header: textlog._GLOG_HEAD,
+ *   ^\[?[IWEFCVD](?:\d{3,4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d+)?)? +[!-\\^-~]+:\d+\]
+ * decided as the regex decides it: after the level, a digit can only start the time and a
+ * space only the source; after the time, spaces and digits are the pid only where the source
+ * does not follow the time directly. */
+static int glog_head(const uint8_t *p, const uint8_t *end) {
+    if (p < end && *p == '[')
+        p++;
+    if (p >= end || !strchr("IWEFCVD", *p) || *p == 0)
+        return 0;
+    p++;
+    if (p < end && *p == ' ')
+        return source_then_close(p, end);
+    const uint8_t *d = p;
+    while (p < end && is_digit(*p))
+        p++;
+    if (p - d < 3 || p - d > 4)
+        return 0;
+    static const char shape[] = " dd:dd:dd.";
+    for (const char *c = shape; *c; c++, p++) {
+        if (p >= end || (*c == 'd' ? !is_digit(*p) : *p != (uint8_t)*c))
+            return 0;
+    }
+    d = p;
+    while (p < end && is_digit(*p))
+        p++;
+    if (p == d || p - d > 9)
+        return 0;
+    if (source_then_close(p, end))
+        return 1;
+    /* " +\d+" (the pid), then the source */
+    const uint8_t *q = p;
+    while (q < end && *q == ' ')
+        q++;
+    if (q == p || q >= end || !is_digit(*q))
+        return 0;
+    while (q < end && is_digit(*q))
+        q++;
+    return source_then_close(q, end);
+}
+
+static inline int leap(int64_t y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+
+/* Days from 1970-01-01 to y-m-d (proleptic Gregorian; Howard Hinnant's days_from_civil). */
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static inline int two(const uint8_t *p) { return (p[0] - '0') * 10 + (p[1] - '0'); }
+
+/* The microseconds since the epoch of a glog stamp, "MMDD HH:MM:SS.f" (f: 1 to 9 digits, cut to
+ * microseconds) in the given year, when the stamp has that shape and its values are a real time;
+ * else 0 (Polars' strptime decides it: lenient in ways not worth copying). */
+static int stamp_micros(const uint8_t *s, int64_t len, int64_t year, int64_t *out) {
+    if (len < 15 || len > 23)
+        return 0;
+    static const char shape[] = "dddd dd:dd:dd.";
+    for (int i = 0; shape[i]; i++) {
+        if (shape[i] == 'd' ? !is_digit(s[i]) : s[i] != (uint8_t)shape[i])
+            return 0;
+    }
+    int64_t micros = 0, scale = 100000;
+    for (int64_t i = 14; i < len; i++) {
+        if (!is_digit(s[i]))
+            return 0;
+        if (scale) {
+            micros += (s[i] - '0') * scale;
+            scale /= 10;
+        }
+    }
+    int month = two(s), day = two(s + 2), hour = two(s + 5), minute = two(s + 8), second = two(s + 11);
+    static const int days_in[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (month < 1 || month > 12 || day < 1 || day > days_in[month - 1] + (month == 2 && leap(year)) ||
+        hour > 23 || minute > 59 || second > 59)
+        return 0;
+    *out = ((days_from_civil(year, month, day) * 24 + hour) * 60 + minute) * 60 + second;
+    *out = *out * 1000000 + micros;
+    return 1;
+}
+
+static inline void set_bit(uint8_t *bits, Py_ssize_t i) { bits[i >> 3] |= (uint8_t)(1 << (i & 7)); }
+
+/* The bytes a string view (of a view array whose data buffers are ``data``) points at. */
+static inline const uint8_t *view_bytes(const uint8_t *view, const Py_buffer *data, Py_ssize_t buffers, int32_t len) {
+    if (len <= 12)
+        return view + 4;
+    int32_t buffer, offset;
+    memcpy(&buffer, view + 8, 4);
+    memcpy(&offset, view + 12, 4);
+    if (buffer < 0 || buffer >= buffers || offset < 0 || (Py_ssize_t)offset + len > data[buffer].len)
+        return NULL;
+    return (const uint8_t *)data[buffer].buf + offset;
+}
+
+/* A view of bytes [from, to) of the string ``view`` shows (``bytes``, its bytes). */
+static inline void sub_view(uint8_t *out, const uint8_t *view, const uint8_t *bytes, int32_t from, int32_t to) {
+    uint32_t buffer, offset;  /* (an inline string's are its bytes, unread: a part of it is inline too) */
+    memcpy(&buffer, view + 8, 4);
+    memcpy(&offset, view + 12, 4);
+    make_view(out, bytes + from, to - from, buffer, offset + (uint32_t)from);
+}
+
+/* Where the first ``chars`` characters (UTF-8) of a string end, in bytes (its length at most). */
+static inline int32_t chars_end(const uint8_t *s, int32_t len, int64_t chars) {
+    int32_t at = 0;
+    for (int64_t n = 0; n < chars && at < len; n++) {
+        at++;
+        while (at < len && (s[at] & 0xC0) == 0x80)
+            at++;
+    }
+    return at;
+}
+
+/* Whether the first n bytes of s are ASCII (8 at a time). */
+static inline int is_ascii(const uint8_t *s, int32_t n) {
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        uint64_t word;
+        memcpy(&word, s + j, 8);
+        if (word & 0x8080808080808080ULL)
+            return 0;
+    }
+    for (; j < n; j++) {
+        if (s[j] & 0x80)
+            return 0;
+    }
+    return 1;
+}
+
+/* What a line's glog / c10 header says (textlog._glog_fields, for one line): all of it lies in
+ * the line's head, its bytes up to the first "]" (``close``; -1: none) and one character more. */
+struct header {
+    int glog, time_known;
+    int32_t start, close, msg_at;  /* where the level is (after a "["), the "]", the message */
+    int64_t time_end, micros;      /* where the time ends (-1: nowhere), the time */
+};
+
+static struct header parse_header(const uint8_t *s, int32_t len, int32_t close, int32_t head_len, int64_t year) {
+    struct header h = {0};
+    h.time_end = -1;
+    if (close < 0 || !glog_head(s, s + close + 1))
+        return h;
+    h.glog = 1;
+    h.close = close;
+    h.start = s[0] == '[';
+    if (s[h.start + 1] == ' ') {
+        h.time_end = h.start + 2;
+    } else {
+        for (int32_t j = 16; j < 26 && j < head_len; j++) {
+            if (s[j] == ' ') {
+                h.time_end = j;
+                break;
+            }
+        }
+    }
+    h.msg_at = close + 1 + (close + 1 < len && s[close + 1] == ' ');
+    /* the stamp, "MMDD HH:MM:SS.f", an unpadded month ("419 10:42:28...") padded */
+    int64_t stamp_len = h.time_end - h.start - 1;
+    if (h.time_end >= 0 && stamp_len > 0 && stamp_len < 31) {
+        uint8_t stamp[32];
+        const uint8_t *from = s + h.start + 1;
+        int pad = stamp_len > 3 && from[3] == ' ';
+        stamp[0] = '0';
+        memcpy(stamp + pad, from, (size_t)stamp_len);
+        h.time_known = stamp_micros(stamp, stamp_len + pad, year, &h.micros);
+    }
+    return h;
+}
+
+enum { HEADS, FIRSTS, GLOG, LEVELS, SRC_AT, SRC_AT_VALID, SRC_END, MSGS, TS, TS_VALID, OUTPUTS };
+
+/* glog_headers(views, data, year) -> a tuple of buffers, for each line of a text column (Arrow
+ * string views ``views`` into the buffers ``data``):
+ *   heads               the line up to its first "]" and one character more (all of it with no "]")
+ *   firsts              bit: the line's head differs from the line before's (the first line's: set)
+ *   glog                bit: the line starts with a glog / c10 header (textlog._GLOG_HEAD)
+ *   levels              its level, a one-letter view (valid where glog)
+ *   src_at, src_at_valid, src_end  int64 / uint32: where "[pid ]src:line" starts and ends
+ *   msgs                a view of the text after the header (and the space after it)
+ *   ts, ts_valid        int64 microseconds, where the header's time is a real one
+ * and the rows (uint32) of glog lines whose time it leaves to Polars (an odd stamp). The same
+ * values as textlog._glog_fields and HeaderRuns.of, worked out line by line. */
+static PyObject *glog_headers(PyObject *self, PyObject *args) {
+    Py_buffer views_view;
+    PyObject *data_obj;
+    long long year;
+    if (!PyArg_ParseTuple(args, "y*O!L", &views_view, &PyTuple_Type, &data_obj, &year))
+        return NULL;
+    Py_ssize_t buffers = PyTuple_GET_SIZE(data_obj), got = 0;
+    Py_buffer *data = PyMem_Calloc(buffers ? buffers : 1, sizeof(Py_buffer));
+    PyObject *out[OUTPUTS] = {NULL}, *unknown = NULL, *result = NULL;
+    if (!data) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < buffers; got++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(data_obj, got), &data[got], PyBUF_SIMPLE) < 0)
+            goto done;
+    }
+    if (views_view.len % 16) {
+        PyErr_SetString(PyExc_ValueError, "glog_headers: views of 16 bytes");
+        goto done;
+    }
+    Py_ssize_t n = views_view.len / 16, bits = (n + 7) / 8;
+    const Py_ssize_t sizes[OUTPUTS] = {16 * n, bits, bits, 16 * n, 8 * n, bits, 4 * n, 16 * n, 8 * n, bits};
+    for (int k = 0; k < OUTPUTS; k++) {
+        if (!(out[k] = PyBytes_FromStringAndSize(NULL, sizes[k])))
+            goto done;
+        memset(PyBytes_AS_STRING(out[k]), 0, (size_t)sizes[k]);
+    }
+    uint32_t *unknown_rows = PyMem_Malloc((size_t)(n ? n : 1) * 4);
+    if (!unknown_rows) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t unknowns = 0;
+    int bad = 0;
+    uint8_t *o[OUTPUTS];
+    for (int k = 0; k < OUTPUTS; k++)
+        o[k] = (uint8_t *)PyBytes_AS_STRING(out[k]);
+    const uint8_t *views = views_view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    const uint8_t *prev = NULL;
+    int32_t prev_len = -1;  /* (-1: no line before) */
+    struct header header = {0};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *view = views + 16 * i;
+        int32_t len;
+        memcpy(&len, view, 4);
+        const uint8_t *s = len < 0 ? NULL : view_bytes(view, data, buffers, len);
+        if (!s) {
+            bad = 1;
+            break;
+        }
+        const uint8_t *bracket = memchr(s, ']', (size_t)len);
+        int32_t close = bracket ? (int32_t)(bracket - s) : -1;
+        int32_t head_len = len;  /* (a line with no "]" is its own head: Polars slices it to its end) */
+        if (bracket) {
+            /* close + 2 characters: all before the "]" are ASCII where the line has a header */
+            head_len = is_ascii(s, close) ? close + 1 + chars_end(s + close + 1, len - close - 1, 1) : chars_end(s, len, (int64_t)close + 2);
+        }
+        sub_view(o[HEADS] + 16 * i, view, s, 0, head_len);
+        int new_run = prev_len < 0 || head_len != prev_len || memcmp(s, prev, (size_t)head_len) != 0;
+        if (new_run)
+            set_bit(o[FIRSTS], i);
+        prev = s;
+        prev_len = head_len;
+        /* a line of a run (the same head as the line before) has the same header: parsed once a run */
+        if (new_run)
+            header = parse_header(s, len, bracket ? close : -1, head_len, year);
+        if (!header.glog)
+            continue;
+        set_bit(o[GLOG], i);
+        sub_view(o[LEVELS] + 16 * i, view, s, header.start, header.start + 1);
+        ((uint32_t *)o[SRC_END])[i] = (uint32_t)header.close;
+        sub_view(o[MSGS] + 16 * i, view, s, header.msg_at, len);
+        if (header.time_end < 0)
+            continue;  /* (no time's end: src_at and ts are NULL, as in _glog_fields) */
+        ((int64_t *)o[SRC_AT])[i] = header.time_end;
+        set_bit(o[SRC_AT_VALID], i);
+        if (header.time_known) {
+            ((int64_t *)o[TS])[i] = header.micros;
+            set_bit(o[TS_VALID], i);
+        } else {
+            unknown_rows[unknowns++] = (uint32_t)i;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyMem_Free(unknown_rows);
+        PyErr_SetString(PyExc_ValueError, "glog_headers: a view outside its buffer");
+        goto done;
+    }
+    unknown = PyBytes_FromStringAndSize((const char *)unknown_rows, unknowns * 4);
+    PyMem_Free(unknown_rows);
+    if (!unknown)
+        goto done;
+    result = PyTuple_New(OUTPUTS + 1);
+    if (!result)
+        goto done;
+    for (int k = 0; k < OUTPUTS; k++) {
+        PyTuple_SET_ITEM(result, k, out[k]);
+        out[k] = NULL;
+    }
+    PyTuple_SET_ITEM(result, OUTPUTS, unknown);
+    unknown = NULL;
+done:
+    for (int k = 0; k < OUTPUTS; k++)
+        Py_XDECREF(out[k]);
+    Py_XDECREF(unknown);
+    for (Py_ssize_t k = 0; k < got; k++)
+        PyBuffer_Release(&data[k]);
+    PyMem_Free(data);
+    PyBuffer_Release(&views_view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"line_starts", line_starts, METH_VARARGS, "line_starts(block) -> int64 offsets of the lines' starts"},
+    {"tag_lengths", tag_lengths, METH_VARARGS, "tag_lengths(block, starts, tags) -> int32 tag length a line, -1 for none"},
+    {"line_views", line_views, METH_VARARGS, "line_views(block, starts, prefix_lengths, max_chars) -> (texts, prefixes)"},
+    {"glog_headers", glog_headers, METH_VARARGS, "glog_headers(views, data, year) -> the header fields of each line"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "_lines", .m_doc = "The byte work of splitting log lines and taking their headers apart.",
+    .m_size = -1, .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__lines(void) { return PyModule_Create(&module); }

@@ -1,0 +1,114 @@
+"""An ASCII block split in C (parsers/_lines.c, through lines._ascii_frame) gives the frame, and the
+line starts, that the Polars path (lines._lines_frame, the reference) gives: on every log of our
+runs and of the public threads, as they are and after a rank tag, and on lines made of the parts
+launchers put before a line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal, assert_series_equal
+
+from postmortem.parsers import lines, scan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _split_both_ways(data: bytes, first_line_no: int = 1) -> None:
+    assert lines._split_c is not None, "parsers/_lines.c was not built at install (is a C compiler there?)"
+    raw = lines.line_series(data, True)
+    want = lines._lines_frame(raw, data, True, first_line_no, None)
+    got, starts = lines._ascii_frame(data, first_line_no)
+    assert_frame_equal(got, want)
+    assert_series_equal(starts, lines._line_starts(raw, data), check_names=False)
+
+
+def _split_in_c(data: bytes, present: frozenset[str] | None) -> bool:
+    """Whether split_block takes this block to C: ASCII, no glued progress bar, no CR."""
+    return data.isascii() and not lines._holds(data, present, lines._BAR_END) and not lines._holds(data, present, lines._CR)
+
+
+def _logs(folder: str) -> list[Path]:
+    return [p for p in sorted((ROOT / folder).rglob("*.log")) if _split_in_c(p.read_bytes(), None)]
+
+
+def test_our_runs_logs_split_in_c_as_polars_splits_them():
+    logs = _logs("sample_logs")
+    assert len(logs) >= 150
+    for path in logs:
+        _split_both_ways(path.read_bytes(), 7)
+
+
+@pytest.mark.parametrize("tag", ["", "[rank7]:", "[default7]:[rank7]:"])
+def test_public_threads_lines_split_in_c_as_polars_splits_them(tag):
+    """The excerpts are short and most carry no tag: each one's lines, as they are and repeated
+    after the tag torchrun puts before a rank's lines (so that the tag is common)."""
+    logs = _logs("tests/realworld")
+    assert len(logs) >= 100
+    for path in logs:
+        own = path.read_bytes()
+        _split_both_ways(b"\n".join([own] + [tag.encode() + line for line in own.split(b"\n")] * 300 if tag else [own]))
+
+
+def test_split_block_gives_the_same_frame_hits_and_line_numbers_both_ways():
+    path = next(p for p in _logs("sample_logs") if p.stat().st_size > 20_000)
+    data = path.read_bytes()
+    found = scan.block_scanner().scan(data)
+    got = lines.split_block(data, 3, found, [0, len(data) // 2, len(data) - 1])
+    c_module, lines._split_c = lines._split_c, None
+    try:
+        want = lines.split_block(data, 3, found, [0, len(data) // 2, len(data) - 1])
+    finally:
+        lines._split_c = c_module
+    assert_frame_equal(got[0], want[0])
+    assert got[1].keys() == want[1].keys() and all(got[1][k].equals(want[1][k]) for k in got[1])
+    assert_series_equal(got[2], want[2], check_names=False)
+
+
+@pytest.mark.parametrize("data", [b"", b"\n", b"\n\n", b"x", b"x\n", b"[rank1]:", b"[rank1]:\n[rank1]:[rank2]:",
+                                  b"[rank1]:[E1 x.cpp:1] y\n" * 300 + b"[rank1]:[rank1]:z"])
+def test_edge_blocks_split_in_c_as_polars_splits_them(data):
+    _split_both_ways(data)
+
+
+def test_a_line_longer_than_the_cut_is_cut_the_same():
+    data = b"[rank0]:ok\n" * 300 + b"[rank0]:" + b"x" * (lines.MAX_LINE_CHARS + 100) + b"\n[rank0]:" + b"y" * 5
+    _split_both_ways(data)
+    assert lines._ascii_frame(data, 1)[0]["text"].str.len_bytes().max() == lines.MAX_LINE_CHARS
+
+
+_PREFIX_PARTS = ["[rank3]:", "[rank12]:", "[default0]:", "[default0]:[rank0]:", "[rank3]:[rank3]:",
+                 "[1,3]<stderr>:", "node04 [stderr] ", "(RayWorkerWrapper pid=4009) ", "  1: ",
+                 "[80746] [rank0]:", "[Rank 3]:", "[rank]:", "[_x9]:", ""]
+_BODIES = ["[E1129 13:33:42.672765297 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught",
+           "V1129 13:40:20.565000 5350 torch/_dynamo/guards.py:4760] [0/1] [__recompiles] Recompiling",
+           "[rank3]: Traceback (most recent call last):", "[rank3]:[W1129 x]", "[12] tail", "[r", "",
+           "   File \"train.py\", line 3, in <module>", "[default0]:[rank0]:[rank0]: nested", "[rank3]",
+           "[rank3]:", "short", "exactly twelv", "[rank4]:[rank"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(common=st.sampled_from(_PREFIX_PARTS),
+       lines_=st.lists(st.tuples(st.booleans(), st.sampled_from(_PREFIX_PARTS), st.sampled_from(_BODIES)),
+                       min_size=1, max_size=40),
+       repeat=st.integers(min_value=1, max_value=20), final_newline=st.booleans())
+def test_lines_of_launchers_prefixes_split_in_c_as_polars_splits_them(common, lines_, repeat, final_newline):
+    rows = [(common if use_common else other) + body for use_common, other, body in lines_] * repeat
+    _split_both_ways(("\n".join(rows) + ("\n" if final_newline else "")).encode())
+
+
+def test_frames_split_in_c_outlive_the_block_and_pickle_only_their_rows():
+    """The text is a view into the block: a frame kept, filtered or sent to another process
+    holds what it shows, whatever becomes of the name the block had."""
+    import pickle
+
+    data = b"".join(b"[rank0]:V1129 13:40:20.565000 1 a.py:1] line %d of a longer log\n" % i for i in range(5000))
+    frame, _ = lines._ascii_frame(data, 1)
+    del data
+    kept = frame.filter(pl.col("line_no") == 4000)
+    assert kept["text"].to_list() == ["V1129 13:40:20.565000 1 a.py:1] line 3999 of a longer log"]
+    assert len(pickle.dumps(kept)) < 10_000
