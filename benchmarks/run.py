@@ -4,7 +4,7 @@
     python benchmarks/run.py sample_logs/straggler_nccl --ranks 512 --pad-mb 16 --job-kineto-mb 50 --job-kineto-ranks 64
 
 For each rank count it fans the scenario out (benchmarks/synth.py), then times, each in its
-own process (wall, CPU, peak RSS from wait4):
+own process (wall, CPU, peak RSS from wait4, its orphaned descendants included):
 
 - `cat` of every file to /dev/null: the floor of reading;
 - the scan floor: postmortem's block scan for its parsers' triggers (benchmarks/scan_floor.py,
@@ -41,17 +41,40 @@ import synth  # noqa: E402
 
 def timed(cmd: list[str], cwd: Path | None = None, stdout=subprocess.DEVNULL) -> dict:
     """Run cmd; wall seconds, CPU seconds and peak RSS (MiB) of the process and its children.
-    Its stderr goes to a file (a pipe nobody reads while it runs would block a chatty tool)."""
+    Its stderr goes to a file (a pipe nobody reads while it runs would block a chatty tool).
+
+    Every descendant counts: this process is made their subreaper (Linux), so that one orphaned
+    when its parent exits (postmortem's parsing workers are children of multiprocessing's
+    forkserver, which outlives the command by a moment) is reaped here, its CPU summed, not lost."""
+    _become_subreaper()
     with tempfile.TemporaryFile() as errors:
         started = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=stdout, stderr=errors)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.monotonic() - started
+        cpu, peak = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+        while True:  # the orphans, until none is left
+            try:
+                _, _, orphan = os.wait4(-1, 0)
+            except ChildProcessError:
+                break
+            cpu, peak = cpu + orphan.ru_utime + orphan.ru_stime, max(peak, orphan.ru_maxrss)
         errors.seek(0)
         err = errors.read().decode(errors="replace")
-    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "rc": os.waitstatus_to_exitcode(status),
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "peak_rss_mib": round(peak / 1024, 1), "rc": os.waitstatus_to_exitcode(status),
             "stderr": err[-500:]}
+
+
+def _become_subreaper() -> None:
+    """Orphaned descendants become this process's children (prctl PR_SET_CHILD_SUBREAPER), where
+    Linux has it; elsewhere they are not counted."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def input_bytes(job: Path) -> dict[str, int]:

@@ -414,6 +414,8 @@ def read(source: Source) -> Read:
 def _split_together(reads: list[Read]) -> Read:
     """Files read as blocks (``read``) as lines: their blocks split and scanned as one, each
     file's lines then numbered from 1 and given its name and, where no prefix names one, its rank."""
+    if len(reads) == 1:
+        return _split_alone(reads[0])
     data = b"\n".join(r.block for r in reads)
     found = scan.block_scanner().scan(data)
     # each file's first line: where its bytes start (counting a block's newlines costs 6 ms per 16 MB)
@@ -431,6 +433,17 @@ def _split_together(reads: list[Read]) -> Read:
     )
     return Read(frame.with_row_index("row").with_columns(pl.Series([r.source.name for r in reads]).gather(of).alias("file")),
                 reads[0].year, found.present if found else None, rows)
+
+
+def _split_alone(read: Read) -> Read:
+    """``_split_together`` of one file's block: its lines are numbered from 1 as split."""
+    found = scan.block_scanner().scan(read.block)
+    frame, hits, _ = split_block(read.block, 1, found)
+    read.source.lines = int(frame["line_no"][-1]) if frame.height else 0
+    if read.source.rank is not None:
+        frame = frame.with_columns(pl.col("rank").fill_null(read.source.rank))
+    return Read(frame.with_row_index("row").with_columns(pl.lit(read.source.name).alias("file")), read.year,
+                found.present if found else None, _hit_rows(frame["line_no"], hits))
 
 
 def _batch_scan(reads: list[Read]) -> tuple[frozenset[str] | None, dict[str, pl.Series] | None]:
@@ -451,11 +464,20 @@ def _batch_scan(reads: list[Read]) -> tuple[frozenset[str] | None, dict[str, pl.
     return present, {name: pl.concat(rows) for name, rows in parts.items()}
 
 
+SPLIT_ALONE_BYTES = 1 << 20
+
+
 def _as_lines(reads: list[Read]) -> list[Read]:
     """The reads, in order, with each run of files read as blocks split together."""
     out: list[Read] = []
     for as_block, run in itertools.groupby(reads, key=lambda r: r.block is not None):
-        out += [_split_together(list(run))] if as_block else list(run)
+        if not as_block:
+            out += run
+            continue
+        # a big file's block is split alone: joined to others, its bytes would be copied (7 ms per 16 MB)
+        # for a split's fixed cost, which its size already shares
+        for alone, part in itertools.groupby(run, key=lambda r: len(r.block) >= SPLIT_ALONE_BYTES):
+            out += [_split_alone(r) for r in part] if alone else [_split_together(list(part))]
     return out
 
 

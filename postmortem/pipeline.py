@@ -161,7 +161,26 @@ class _Collected:
 def _parse_in_worker(sources: list[Source]) -> tuple[list[dict], dict[str, pl.DataFrame]]:
     collected = _Collected()
     rows = _parse_files(collected, sources)
-    return rows, {t: pl.concat(fs, how="vertical_relaxed") for t, fs in collected.frames.items()}
+    return rows, {t: _as_dictionaries(pl.concat(fs, how="vertical_relaxed")) for t, fs in collected.frames.items()}
+
+
+# The one set of categories every process's dictionaries name: frames of two workers then concatenate
+# as they are (each value's code is remapped as a frame is unpickled), where two sets would not.
+_CATEGORIES = "postmortem"
+_DICTIONARY_MIN_ROWS = 256
+
+
+def _as_dictionaries(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with each text column that holds few distinct values (a 16th of its rows at most) as a
+    dictionary (Categorical), to travel to the main process: a compile record's attrs and reason repeat
+    at every step of every rank (205k records holding 140 MB of text in 7 values for 64 ranks), and
+    the text would be pickled, unpickled and copied into DuckDB a row at a time, where the codes are
+    a few bytes each. DuckDB reads a dictionary into its text columns as the text."""
+    if df.height < _DICTIONARY_MIN_ROWS:
+        return df
+    few = [name for name, dtype in df.schema.items()
+           if dtype == pl.String and df[name].n_unique() * 16 <= df.height]
+    return df.with_columns(pl.col(few).cast(pl.Categorical(pl.Categories(_CATEGORIES)))) if few else df
 
 
 def _tasks(sources: list[Source]) -> list[list[Source]]:
@@ -235,6 +254,22 @@ def _worker_environment():
                 os.environ[name] = value
 
 
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """How parsing workers start: forked from a server process that imported the parsers once
+    (multiprocessing's forkserver, preloaded), where the platform has one; else spawned. Never
+    forked from this process, whose Polars and DuckDB thread pools may be mid-use. A spawned worker
+    imports Polars, pyarrow, Hyperscan and the parsers itself, 0.3 s of CPU each (0.45 s from the
+    ``postmortem`` script, whose every import a spawned worker repeats); from the server, a worker
+    costs milliseconds, and the server stays for the process's next job. The server is started, and
+    keeps, the environment of the first pool (``_worker_environment``)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    # ("__main__": what a worker imports first, the script that started this process, is imported once too)
+    context.set_forkserver_preload(["__main__", __name__])
+    return context
+
+
 def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progress | None) -> list[dict]:
     """Parse every file: in this process for a small job, across all cores for a big one."""
     sources = found.sources
@@ -258,14 +293,12 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
     # own (more would only contend with them: 828k rows, 2.1 -> 1.2 s of CPU).
     out.con.execute("SET threads = 1")
     try:
-        # Spawned, not forked: a fork would copy Polars' and DuckDB's thread pools mid-use.
-        with _worker_environment(), ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with _worker_environment(), ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context()) as pool:
             futures = {pool.submit(_parse_in_worker, task): task for task in _tasks(sources)}
-            for future in as_completed(futures):
-                # popped: a finished future keeps its result, every parsed frame of the job otherwise
-                task = futures.pop(future)
-                task_rows, frames = future.result()
+
+            def finished(task: list[Source], result: tuple[list[dict], dict[str, pl.DataFrame]]) -> None:
+                nonlocal rows, done_files, done_bytes
+                task_rows, frames = result
                 for table, frame in frames.items():
                     out.add(table, frame)
                 rows += task_rows
@@ -273,6 +306,18 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
                 done_bytes += sum(s.bytes for s in task)
                 if progress:
                     progress(done_files, done_bytes, total_files, total_bytes, task[-1].name)
+
+            # Until the first worker is ready (the server imports the parsers first: ~0.3 s) this process
+            # has nothing to do: it takes the last tasks in the queue (the smallest) back and parses them.
+            for future in reversed(list(futures)):
+                if any(f.done() for f in futures) or not future.cancel():
+                    break
+                task = futures.pop(future)
+                finished(task, _parse_in_worker(task))  # (its frames as a worker's: they concatenate)
+            for future in as_completed(futures):
+                # popped: a finished future keeps its result, every parsed frame of the job otherwise
+                task = futures.pop(future)
+                finished(task, future.result())
     finally:
         out.con.execute("RESET threads")
     return rows
@@ -335,6 +380,7 @@ def match(con: duckdb.DuckDBPyConnection, run_id: str, signatures: str | Path | 
     """Every signature over the run (the user's ``signatures`` directory too), on a connection
     that sees the run's tables and nothing else; the findings and the verdict are stored."""
     sigs, broken = catalog.load_all(Path(signatures) if signatures else None)
+    store.compact(con)
     store.sandbox(con)  # signature SQL (the user's too) sees the run's tables and nothing else
     findings = engine.match(con, run_id, sigs, broken, calibrate=calibrator(con, run_id, sigs))
     for origin, why in broken:

@@ -32,6 +32,18 @@ def test_history_has_every_table_and_the_schema_version(sample, history):
     assert con.execute("select max(version) from schema_version").fetchone()[0] == SCHEMA_VERSION
 
 
+def test_an_ingested_runs_connection_and_its_cursors_see_the_same_tables(sample):
+    """``api.ingest``'s connection (the compressed staging database, matched) and a cursor of it, as a
+    caller running their own queries would open one, count the same rows in every table."""
+    con, run_id, _ = api.ingest(sample("hang_dataloader_nccl"), keep=False)
+    cursor = con.cursor()
+    for table in TABLES:
+        sql = f"select count(*) from {table} where run_id = ?"
+        assert cursor.execute(sql, [run_id]).fetchone() == con.execute(sql, [run_id]).fetchone()
+    assert con.execute("select count(*) from events where run_id = ?", [run_id]).fetchone()[0] > 0
+    assert cursor.execute("select verdict from runs where run_id = ?", [run_id]).fetchone()[0] == "collective-hang"
+
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
