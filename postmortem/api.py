@@ -90,7 +90,6 @@ def test_signature(signature_file: str | Path, path: str | Path) -> tuple[catalo
     except ValueError as exc:
         raise PostmortemError(f"{file} is not a valid signature: {exc}") from exc
     con, run_id, _ = load(path)
-    store.compact(con)
     store.sandbox(con)
     try:
         rows = engine.evidence_rows(con, sig, run_id)

@@ -358,6 +358,7 @@ def assemble(root: str | Path, job_id: str, run_id: str,
             "SELECT labels FROM runs WHERE labels IS NOT NULL").fetchall()]
     finally:
         reader.close()
+    store.compact(con)  # every node's rows are in: what queries them from here reads them compressed
     _drop_relayed_lines(con, run_id)
     _rank_nodes(con)
     ranks_by_node = {n: [r for (r,) in con.execute(
@@ -427,7 +428,6 @@ def analyze(root: str | Path, job_id: str, run_id: str, signatures: str | Path |
     included) in the staging database: the run's report is then summary.report's."""
     con, job = assemble(root, job_id, run_id, expected_nodes)
     sigs, broken = catalog.load_all(Path(signatures) if signatures else None)
-    store.compact(con)
     store.sandbox(con)  # signature SQL (the user's too) sees the run's tables and nothing else
     findings = engine.match(con, run_id, sigs, broken, calibrate=calibrator(con, run_id, sigs))
     top = engine.verdict(findings)

@@ -336,6 +336,7 @@ def load(
     out = store.Batcher(con, run_id)
     rows = list(found.skipped) + _parse_all(found, out, progress)
     out.flush()
+    store.compact(con)  # every parsed row is in: what queries them from here reads them compressed
     if progress:
         total = sum(s.bytes for s in found.sources)
         progress(len(found.sources), total, len(found.sources), total, "")
@@ -380,7 +381,6 @@ def match(con: duckdb.DuckDBPyConnection, run_id: str, signatures: str | Path | 
     """Every signature over the run (the user's ``signatures`` directory too), on a connection
     that sees the run's tables and nothing else; the findings and the verdict are stored."""
     sigs, broken = catalog.load_all(Path(signatures) if signatures else None)
-    store.compact(con)
     store.sandbox(con)  # signature SQL (the user's too) sees the run's tables and nothing else
     findings = engine.match(con, run_id, sigs, broken, calibrate=calibrator(con, run_id, sigs))
     for origin, why in broken:

@@ -47,7 +47,7 @@ def staging() -> duckdb.DuckDBPyConnection:
     """An in-memory database with every table of the schema, empty."""
     con = duckdb.connect(config={"memory_limit": STAGING_MEMORY,
                                  "temp_directory": str(Path(tempfile.gettempdir()) / f"postmortem-{os.getpid()}")})
-    # Compressed (``compact`` before matching): the text of a million records holding a handful of
+    # Compressed (``compact``, once the rows are in): the text of a million records holding a handful of
     # values is then a dictionary, which DuckDB's functions read once a value, not once a row.
     con.execute("ATTACH ':memory:' AS staging (COMPRESS)")
     con.execute("USE staging")
@@ -58,9 +58,10 @@ def staging() -> duckdb.DuckDBPyConnection:
 
 
 def compact(con: duckdb.DuckDBPyConnection) -> None:
-    """Compress what was appended to a staging database (``staging``): before it is queried, so
-    that queries read it compressed (512 ranks' 1.6M compile records, their text a few values: the
-    graph-break query 570 -> 380 ms, rank-divergent-compile's 440 -> 245 ms)."""
+    """Compress what was appended to a staging database (``staging``): once the bulk of the rows is
+    in, before they are queried (``pipeline.load``, ``job.assemble``), so that queries read them
+    compressed (512 ranks' 1.6M compile records, their text a few values: the graph-break query
+    570 -> 380 ms, rank-divergent-compile's 440 -> 245 ms)."""
     con.execute("CHECKPOINT")
 
 
