@@ -447,31 +447,46 @@ _OLD_HEADER = (rf"^\[(?<date>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d),(?<ms>\d{{3}})\] 
 _EXCEPTION = re.compile(r"^(?P<type>torch\._(?:dynamo|inductor)\.exc\.\w+)(?::\s?(?P<msg>.*))?$")
 
 
-def _dynamo_lines(df: pl.DataFrame) -> pl.DataFrame:
-    """The chunk's dynamo lines with compile id, artifact, body and emitter (for the block key)."""
+def _dynamo_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+    """The chunk's dynamo lines, in line order, with compile id, artifact, kind and emitter (for the
+    block key), ``_m``, the number of the line's message, and its time (``ts``, else ``ts_ff``); and
+    each message's body, by its number."""
     cand = df.filter("wanted").select("file", "row", "line_no", "rank", "tee", "ts", "ts_ff", "msg", "text",
                                       "src_at", "src_end")
     if cand.is_empty():
-        return cand
+        return cand, pl.Series("body", [], pl.String)
     has_header = pl.col("src_at").is_not_null()
     headless = cand.select((~has_header).sum()).item()
     glog = cand.filter(has_header) if headless else cand
     # A graph break or recompile is logged again at every step and on every rank, word for word:
-    # a message is taken apart once, however often it repeats.
-    # (``_m`` numbers the distinct messages: a block's are its identity, shorter than its text)
-    messages = _message_fields(glog.select(pl.col("msg").unique())).with_row_index("_m")
-    glog = glog.join(messages, on="msg", how="left", maintain_order="left")
-    # Only a line without an artifact tag is grouped by the line of torch that logged it.
-    emitters = header_source(glog.filter(pl.col("art").is_null()).select("row", "text", "src_at", "src_end"))
-    glog = glog.join(emitters.select("row", pl.col("src").alias("emitter")), on="row", how="left",
-                     maintain_order="left").select(*cand.columns, "cid", "art", "body", "kind", "emitter", "_m")
-    when = pl.coalesce(pl.col("ts"), pl.col("ts_ff")).alias("when")
-    if not headless:
-        return glog.with_columns(when)
-    # (a header-less line is numbered apart from every message and every other line: its block is its own)
-    other = _headless(cand.filter(~has_header)).with_columns(
-        (pl.col("row").cast(pl.UInt32) + messages.height).alias("_m")).select(glog.columns)
-    return pl.concat([glog, other], how="vertical_relaxed").sort("row").with_columns(when)
+    # a message is taken apart once, however often it repeats. ``_m`` numbers the distinct messages
+    # (a block's are its identity, shorter than its text): the codes of a dictionary of this frame's
+    # own, made in one pass over the lines, where a join to the distinct messages made a second.
+    coded = glog["msg"].cast(pl.Categorical(pl.Categories.random()))
+    messages = _message_fields(coded.dtype.categories.to_series().alias("msg").to_frame())  # (code order)
+    codes = coded.to_physical().alias("_m")
+    glog = glog.select("file", "row", "line_no", "rank", "tee", "ts", "ts_ff").with_columns(
+        *(messages[c].gather(codes) for c in ("cid", "art", "kind")), codes,
+        _emitters(glog, messages["art"].is_null().gather(codes)))
+    bodies = messages["body"]
+    if headless:
+        # (a header-less line is numbered apart from every message and every other line: its block is its own)
+        other = _headless(cand.filter(~has_header))
+        other = other.with_columns(pl.int_range(bodies.len(), bodies.len() + other.height, dtype=pl.UInt32).alias("_m"))
+        bodies = pl.concat([bodies, other["body"]])
+        # (each in line order: merged, not sorted)
+        glog = glog.merge_sorted(other.select(glog.columns).cast(dict(glog.schema)), key="row")
+    return glog, bodies
+
+
+def _emitters(glog: pl.DataFrame, untagged: pl.Series) -> pl.Series:
+    """The emitting source line of each line without an artifact tag (only those are grouped by the
+    line of torch that logged them), NULL for the others."""
+    rows = untagged.arg_true()
+    emitter = pl.repeat(None, glog.height, dtype=pl.String, eager=True).alias("emitter")
+    if rows.len() == 0:
+        return emitter
+    return emitter.scatter(rows, header_source(glog.select("text", "src_at", "src_end").gather(rows))["src"])
 
 
 def _headless(lines: pl.DataFrame) -> pl.DataFrame:
@@ -557,8 +572,9 @@ def _kind() -> pl.Expr:
     )
 
 
-def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
-    """One row per block (a start line and the lines of its stream up to the next start)."""
+def _blocks(dyn: pl.DataFrame, bodies: pl.Series) -> pl.DataFrame:
+    """One row per block (a start line and the lines of its stream up to the next start), with its
+    messages' numbers (``_m``: their text is ``bodies``' by that number)."""
     # Artifact lines of one compile id form one stream whatever line of torch emitted them (a guard
     # dump comes from three); other lines are grouped by their emitting source line.
     key = ["file", "rank", "tee", "cid", "stream"]
@@ -570,8 +586,9 @@ def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
     # ("Graph break from `Tensor.item()`, consider setting:") began; with the head cut off it is the block.
     # (worked out over every line only where there is such a line)
     if (dyn["kind"] == "item_tail").any():
-        head = pl.when(pl.col("kind").is_not_null() & (pl.col("kind") != "item_tail")).then(
-            pl.col("body").str.starts_with("Graph break from `Tensor.item()`"))
+        dyn = dyn.with_columns(bodies.str.starts_with("Graph break from `Tensor.item()`").gather(dyn["_m"])
+                               .alias("_item_head"))
+        head = pl.when(pl.col("kind").is_not_null() & (pl.col("kind") != "item_tail")).then(pl.col("_item_head"))
         dyn = dyn.with_columns(
             pl.when(pl.col("kind").is_null() | (pl.col("kind") != "item_tail")).then(pl.col("kind"))
             .when(head.forward_fill().shift(1).over("_key").fill_null(False)).then(pl.lit(None))
@@ -582,8 +599,8 @@ def _blocks(dyn: pl.DataFrame) -> pl.DataFrame:
         dyn.filter(pl.col("block") > 0)
         .group_by(["_key", "block"], maintain_order=True)
         .agg(*(pl.col(c).first() for c in key), pl.col("kind").first(), pl.col("line_no").first(),
-             pl.col("row").first(), pl.col("when").first(), pl.col("body"), pl.col("_m"))
-        .select(*key, "block", "kind", "line_no", "row", "when", "body", "_m")
+             pl.col("row").first(), pl.col("ts").first(), pl.col("ts_ff").first(), pl.col("_m"))
+        .select(*key, "block", "kind", "line_no", "row", pl.coalesce("ts", "ts_ff").alias("when"), "_m")
     )
 
 
@@ -733,13 +750,15 @@ def _frame_id(cid: str | None) -> int | None:
     return int(frame_id[1]) if frame_id else None
 
 
-def _block_rows(blocks: pl.DataFrame) -> pl.DataFrame:
+def _block_rows(blocks: pl.DataFrame, bodies: pl.Series) -> pl.DataFrame:
     """A ``compiles`` row per block. A block's text is parsed once however often it repeats (a
     graph break logged at every step, every rank's copy in a console): Python runs once per
     distinct block, and the parsed fields are joined back onto every block that holds it. Blocks of
-    the same messages (``_m``) hold the same text."""
+    the same messages (``_m``) hold the same text: ``bodies``, by message number."""
     distinct = blocks.unique(["kind", "_m"], keep="first", maintain_order=True).with_row_index("_d")
-    parsed = [(d, _parse_block(kind, body)) for d, kind, body in distinct.select("_d", "kind", "body").iter_rows()]
+    text = bodies.to_list()
+    parsed = [(d, _parse_block(kind, [text[m] for m in ms]))
+              for d, kind, ms in distinct.select("_d", "kind", "_m").iter_rows()]
     fields = frame("compiles", [row for _, row in parsed if row is not None]).with_columns(
         pl.Series("_d", [d for d, row in parsed if row is not None], dtype=pl.UInt32)
     ).drop("rank", "ts", "attempt", "frame_id", "line_no", "source", "file")
@@ -778,9 +797,9 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
     if own.is_empty():
         return
     last_own_row = own["row"].max()
-    dyn = _dynamo_lines(df)
+    dyn, bodies = _dynamo_lines(df)
     if not dyn.is_empty():
-        yield "compiles", _block_rows(_blocks(dyn).filter(pl.col("row") <= last_own_row))
+        yield "compiles", _block_rows(_blocks(dyn, bodies).filter(pl.col("row") <= last_own_row), bodies)
     exceptions = _exceptions(df, own)
     if exceptions:
         yield "compiles", frame("compiles", exceptions)
