@@ -1,8 +1,8 @@
 /* The byte work of reading text logs, one pass over the bytes for each step, where Polars would
  * take a pass over every line for each of a dozen string operations:
- *   - splitting an ASCII block into lines (parsers/lines.py): where each line starts, how long
- *     the common rank tag that starts it is, each line's text and prefix as Arrow string views
- *     into the block (not copies of it);
+ *   - splitting an ASCII block into lines (parsers/lines.py): where each line starts, which of
+ *     the common rank tags starts it, each line's text and prefix as Arrow string views into
+ *     the block (not copies of it);
  *   - taking each line's glog / c10 header apart (parsers/textlog.py): its run of lines of one
  *     header, level, time, where its source lies, and its message (views again).
  *
@@ -96,11 +96,11 @@ static PyObject *line_starts(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* tag_lengths(block, starts, tags) -> bytes: for each line, the length (int32) of the first of
- * ``tags`` (a tuple of bytes, each one rank tag or two) it starts with, or -1 for none. A tag
+/* tag_indices(block, starts, tags) -> bytes: for each line, the index (int32) in ``tags`` (a tuple
+ * of bytes, each one rank tag or two) of the first it starts with, or len(tags) for none. A tag
  * of one followed by a whole second tag does not count (lines._starting_with: the prefix regex
  * would take both off). */
-static PyObject *tag_lengths(PyObject *self, PyObject *args) {
+static PyObject *tag_indices(PyObject *self, PyObject *args) {
     Py_buffer block, starts_view;
     PyObject *starts_obj, *tags;
     if (!PyArg_ParseTuple(args, "y*OO!", &block, &starts_obj, &PyTuple_Type, &tags))
@@ -137,17 +137,17 @@ static PyObject *tag_lengths(PyObject *self, PyObject *args) {
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4);
     if (!out)
         goto fail;
-    int32_t *lengths = (int32_t *)PyBytes_AS_STRING(out);
+    int32_t *index = (int32_t *)PyBytes_AS_STRING(out);
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t at = starts[i], end = line_end(starts, n, i, size);
-        lengths[i] = -1;
+        index[i] = (int32_t)count;
         if (at < 0 || end > size || at > end)
             continue;  /* (not a line of this block: the caller's mistake; the regex decides) */
         for (Py_ssize_t t = 0; t < count; t++) {
             if (end - at >= tag_len[t] && memcmp(data + at, tag[t], (size_t)tag_len[t]) == 0) {
                 if (!(one_tag[t] && starts_with_tag(data + at + tag_len[t], data + end)))
-                    lengths[i] = (int32_t)tag_len[t];
+                    index[i] = (int32_t)t;
                 break;
             }
         }
@@ -551,9 +551,27 @@ done:
     return result;
 }
 
+/* ascii(block) -> bool: whether every byte of the block is ASCII (bytes.isascii, for any buffer). */
+static PyObject *ascii(PyObject *self, PyObject *args) {
+    Py_buffer block;
+    if (!PyArg_ParseTuple(args, "y*", &block))
+        return NULL;
+    int all = 1;
+    Py_BEGIN_ALLOW_THREADS
+    const uint8_t *data = block.buf;
+    for (Py_ssize_t at = 0; at < block.len && all; at += 1 << 20) {  /* (a mebibyte at a time: int32 lengths) */
+        Py_ssize_t left = block.len - at;
+        all = is_ascii(data + at, (int32_t)(left < (1 << 20) ? left : (1 << 20)));
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&block);
+    return PyBool_FromLong(all);
+}
+
 static PyMethodDef methods[] = {
+    {"ascii", ascii, METH_VARARGS, "ascii(block) -> whether every byte is ASCII"},
     {"line_starts", line_starts, METH_VARARGS, "line_starts(block) -> int64 offsets of the lines' starts"},
-    {"tag_lengths", tag_lengths, METH_VARARGS, "tag_lengths(block, starts, tags) -> int32 tag length a line, -1 for none"},
+    {"tag_indices", tag_indices, METH_VARARGS, "tag_indices(block, starts, tags) -> int32 tag index a line, len(tags) for none"},
     {"line_views", line_views, METH_VARARGS, "line_views(block, starts, prefix_lengths, max_chars) -> (texts, prefixes)"},
     {"glog_headers", glog_headers, METH_VARARGS, "glog_headers(views, data, year) -> the header fields of each line"},
     {NULL, NULL, 0, NULL},

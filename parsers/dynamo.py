@@ -451,13 +451,12 @@ def _dynamo_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     """The chunk's dynamo lines, in line order, with compile id, artifact, kind and emitter (for the
     block key), ``_m``, the number of the line's message, and its time (``ts``, else ``ts_ff``); and
     each message's body, by its number."""
-    cand = df.filter("wanted").select("file", "row", "line_no", "rank", "tee", "ts", "ts_ff", "msg", "text",
-                                      "src_at", "src_end")
-    if cand.is_empty():
-        return cand, pl.Series("body", [], pl.String)
-    has_header = pl.col("src_at").is_not_null()
-    headless = cand.select((~has_header).sum()).item()
-    glog = cand.filter(has_header) if headless else cand
+    lines = df.select("file", "row", "line_no", "rank", "tee", "ts", "ts_ff", "msg", "text", "src_at", "src_end")
+    has_header = df["src_at"].is_not_null()
+    glog = lines.filter(df["wanted"] & has_header)
+    headless = lines.filter(df["wanted"] & ~has_header)
+    if glog.is_empty() and headless.is_empty():
+        return glog, pl.Series("body", [], pl.String)
     # A graph break or recompile is logged again at every step and on every rank, word for word:
     # a message is taken apart once, however often it repeats. ``_m`` numbers the distinct messages
     # (a block's are its identity, shorter than its text): the codes of a dictionary of this frame's
@@ -469,9 +468,9 @@ def _dynamo_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
         *(messages[c].gather(codes) for c in ("cid", "art", "kind")), codes,
         _emitters(glog, messages["art"].is_null().gather(codes)))
     bodies = messages["body"]
-    if headless:
+    if headless.height:
         # (a header-less line is numbered apart from every message and every other line: its block is its own)
-        other = _headless(cand.filter(~has_header))
+        other = _headless(headless)
         other = other.with_columns(pl.int_range(bodies.len(), bodies.len() + other.height, dtype=pl.UInt32).alias("_m"))
         bodies = pl.concat([bodies, other["body"]])
         # (each in line order: merged, not sorted)

@@ -251,10 +251,13 @@ def _frame_and_starts(data: bytes, first_line_no: int,
     """The frame of the lines of ``data``, and where each starts in it (None where decoding
     changed a line's length): split in C where every line is read as its bytes are (ASCII, no
     glued progress bar to cut, no CR to strip), else from the lines Polars decodes."""
-    ascii = data.isascii()  # (16 MB take 1 ms: once a block)
+    if not isinstance(data, bytes) and (_split_c is None or present is None):
+        data = memoryview(data).tobytes()  # (a block read into Arrow memory, where only bytes will do)
+    ascii = data.isascii() if isinstance(data, bytes) else _split_c.ascii(data)  # (16 MB take 1 ms: once a block)
     if (_split_c is not None and ascii and len(data) < 1 << 31
             and not _holds(data, present, _BAR_END) and not _holds(data, present, _CR)):
         return _ascii_frame(data, first_line_no)
+    data = data if isinstance(data, bytes) else memoryview(data).tobytes()
     raw = line_series(data, ascii)
     return _lines_frame(raw, data, ascii, first_line_no, present), _line_starts(raw, data)
 
@@ -303,44 +306,62 @@ def _lines_frame(lines: pl.Series, data: bytes, ascii: bool, first_line_no: int,
     return _with_prefix_fields(df).select(pl.col("line_no").cast(pl.Int64), "rank", "tee", text_col.alias("text"))
 
 
-def _with_prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` (lines with their ``prefix``) with the ``rank`` and ``tee`` flag their prefixes say.
-    Lines come in runs of one prefix (a rank's own file holds one): its fields are found once a run."""
+def _prefix_field_exprs() -> tuple[pl.Expr, pl.Expr]:
+    """The ``rank`` and ``tee`` flag a line's ``prefix`` says."""
     parts = extract_groups("prefix", _PREFIX)
     n0, n1, n2, m0, s0 = (parts.struct.field(n).cast(pl.Int32, strict=False) for n in ("n0", "n1", "n2", "m0", "s0"))
     # a --tee word ("default") in the first rank prefix marks the agent console's copy of a worker's line
     first_word = pl.coalesce(parts.struct.field("w0"), parts.struct.field("w1"))
+    return pl.coalesce(n2, n1, n0, m0, s0).alias("rank"), (first_word.is_not_null() & (first_word != "rank")).alias("tee")
+
+
+def _with_prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` (lines with their ``prefix``) with the ``rank`` and ``tee`` flag their prefixes say.
+    Lines come in runs of one prefix (a rank's own file holds one): its fields are found once a run."""
     prefix = df["prefix"]
     first = prefix.ne_missing(prefix.shift(1))
-    fields = per_distinct(df.select("prefix").filter(first), "prefix", pl.coalesce(n2, n1, n0, m0, s0).alias("rank"),
-                          (first_word.is_not_null() & (first_word != "rank")).alias("tee"))
+    fields = per_distinct(df.select("prefix").filter(first), "prefix", *_prefix_field_exprs())
     return df.with_columns(fields.select(pl.col("rank", "tee").gather(first.cum_sum() - 1)).get_columns())
 
 
-def _ascii_frame(data: bytes, first_line_no: int) -> tuple[pl.DataFrame, pl.Series]:
+def _ascii_frame(data: bytes | pa.Buffer, first_line_no: int) -> tuple[pl.DataFrame, pl.Series]:
     """``_lines_frame`` of ASCII ``data`` that holds no glued progress bar and no CR, and where its
-    lines start: the byte work in C (``_lines.c``), one pass a step, each line's text and prefix a
-    string view into (a copy of) ``data`` instead of a copy of each. The decisions are ``_without_prefixes``' (its
+    lines start: the byte work in C (``_lines.c``), one pass a step, each line's text a string view
+    into ``data`` (Arrow memory: ``read_whole``), or into a copy of it, instead of a copy of each. The decisions are ``_without_prefixes``' (its
     proof holds here): a line that starts with a common rank tag loses that tag, unless a tag
     of one is followed by a whole second tag; the regex takes the prefixes off every other line.
     ``tests/test_ascii_split.py`` holds the two paths equal."""
-    block = arrow_owned(data)
+    block = data if isinstance(data, pa.Buffer) else arrow_owned(data)
     starts_buf = _split_c.line_starts(block)
     n = len(starts_buf) // 8
     starts = _from_buffer(pa.int64(), n, starts_buf)
     tags = _tags_common_in(_sample_lines(data, starts)) if n >= 4 * _TAG_SAMPLE else []
-    cut = _from_buffer(pa.int32(), n, _split_c.tag_lengths(block, starts_buf, tuple(t.encode() for t in tags)))
-    rest = (cut < 0).arg_true()
+    # each line's prefix, numbered: the index of the common tag it starts with, else (after them) of
+    # the distinct prefix the regex takes off it (few: most often none, "")
+    number = _from_buffer(pa.int32(), n, _split_c.tag_indices(block, starts_buf, tuple(t.encode() for t in tags)))
+    prefixes = pl.Series(tags, dtype=pl.String)
+    rest = (number == len(tags)).arg_true()
     if rest.len():
-        # (the lines no common tag starts: the regex says what their prefixes are)
         whole, _ = _split_c.line_views(block, starts_buf, bytes(4 * n), MAX_LINE_CHARS + (1 << 30))
         _, rest_prefix = _regex_cut(_from_buffer(pa.string_view(), n, whole, block).gather(rest), True)
-        cut = cut.scatter(rest, rest_prefix.str.len_bytes().cast(pl.Int32))
-    texts, prefixes = _split_c.line_views(block, starts_buf, _values(cut), MAX_LINE_CHARS)
-    df = pl.DataFrame([pl.int_range(first_line_no, first_line_no + n, dtype=pl.Int64, eager=True).alias("line_no"),
-                       _from_buffer(pa.string_view(), n, prefixes, block).alias("prefix")])
-    text = _from_buffer(pa.string_view(), n, texts, block).alias("text")
-    return _with_prefix_fields(df).select("line_no", "rank", "tee", text), starts
+        distinct = rest_prefix.unique(maintain_order=True)
+        prefixes = prefixes.append(distinct)
+        if distinct.len() > 1:
+            number = number.scatter(rest, _numbered(rest_prefix, distinct) + len(tags))
+    # what each prefix says, and how long it is, found once a prefix
+    rank, tee = prefixes.alias("prefix").to_frame().select(*_prefix_field_exprs()).get_columns()
+    rank, tee, cut = (c.gather(number) for c in (rank, tee, prefixes.str.len_bytes().cast(pl.Int32)))
+    texts, _ = _split_c.line_views(block, starts_buf, _values(cut), MAX_LINE_CHARS)
+    return pl.DataFrame([pl.int_range(first_line_no, first_line_no + n, dtype=pl.Int64, eager=True).alias("line_no"),
+                         rank.alias("rank"), tee.alias("tee"),
+                         _from_buffer(pa.string_view(), n, texts, block).alias("text")]), starts
+
+
+def _numbered(values: pl.Series, distinct: pl.Series) -> pl.Series:
+    """The position in ``distinct`` (each of ``values``' values once) of each of ``values``."""
+    numbers = distinct.alias("v").to_frame().with_row_index("i", 0)
+    return values.alias("v").to_frame().join(numbers, on="v", how="left", maintain_order="left",
+                                             nulls_equal=True)["i"].cast(pl.Int32)
 
 
 def _from_buffer(kind: pa.DataType, n: int, values: bytes, data: pa.Buffer | None = None) -> pl.Series:
@@ -370,7 +391,8 @@ def _sample_lines(data: bytes, starts: pl.Series) -> pl.Series:
     """The lines of ``data`` (starting at ``starts``) that ``_common_tags`` looks at."""
     rows = _sample_rows(starts.len()).to_list()
     ends = [*(starts.gather([r + 1 for r in rows if r + 1 < starts.len()]) - 1).to_list(), len(data)]
-    return pl.Series([data[starts[r]:end].decode() for r, end in zip(rows, ends)], dtype=pl.String)
+    data = memoryview(data)
+    return pl.Series([data[starts[r]:end].tobytes().decode() for r, end in zip(rows, ends)], dtype=pl.String)
 
 
 # A rank tag, or two ("[rank59]:", "[default0]:[rank0]:"): what torchrun puts before most lines.
@@ -532,6 +554,28 @@ def newline_blocks(fh: io.BufferedIOBase, size: int) -> Iterator[tuple[bytes, bo
         return
     if rest:
         yield rest, False
+
+
+def read_whole(path: Path, chunk_bytes: int = CHUNK_BYTES) -> pa.Buffer | None:
+    """A plain file's one block of lines (``blocks_of_lines``: all its bytes but a final newline),
+    read straight into memory Arrow owns, on which the C split's columns then stand with no copy
+    (``arrow_owned``); None for a file that is empty, gzip or UTF-16, more than a block, or changed
+    size while read (``blocks_of_lines`` reads those)."""
+    with open(path, "rb", buffering=0) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if not 0 < size <= chunk_bytes:
+            return None
+        buffer = pa.allocate_buffer(size)
+        view = memoryview(buffer).cast("B")
+        got = 0
+        while got < size:
+            n = fh.readinto(view[got:])
+            if not n:
+                return None
+            got += n
+        if fh.read(1) or bytes(view[:2]) in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"):  # (open_binary's magic)
+            return None
+    return buffer.slice(0, size - 1) if view[size - 1] == 0x0A else buffer
 
 
 def blocks_of_lines(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:

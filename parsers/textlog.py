@@ -49,7 +49,7 @@ import pyarrow as pa
 
 from . import detail, dynamo, horovod, memory, nccl, ncclras, progress, ranktime, runtime, scan
 from .lines import (CHUNK_BYTES, LineChunk, arrow_owned, blocks_of_lines, key_ids, line_chunks, read_line_chunks,
-                    split_block)
+                    read_whole, split_block)
 from .source import Source
 
 try:  # the byte work of the header stage, in C (parsers/_lines.c), built where a compiler was at install
@@ -315,25 +315,19 @@ def _hit_rows(line_no: pl.Series, hits: dict[str, pl.Series] | None) -> dict[str
 
 
 def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_ts: datetime | None = None,
-                 present: frozenset[str] | None = None,
-                 hits: dict[str, pl.Series] | None = None) -> Iterator[tuple[str, pl.DataFrame]]:
+                 present: frozenset[str] | None = None, hits: dict[str, pl.Series] | None = None,
+                 file_no: pl.Series | None = None) -> Iterator[tuple[str, pl.DataFrame]]:
     """Every line parser's records from a frame of lines: a chunk of one file (``last_ts`` the
-    time its earlier chunks ended on), or whole files one after another; ``present`` what the
-    scan found in their bytes and ``hits`` in which rows (their positions in ``df``)."""
+    time its earlier chunks ended on), or whole files one after another (``file_no``: each row's,
+    numbered from 0); ``present`` what the scan found in their bytes and ``hits`` in which rows
+    (their positions in ``df``)."""
     df = df.with_row_index("pos")
     runs = HeaderRuns.of(df["text"], year)
     masks = _line_masks(df, present, hits, runs)
     state["present"] = present
     state["hits"] = hits
     df = with_headers(df, year, runs)
-    ts_ff, ts_bf = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
-    if last_ts is not None:
-        ts_ff = ts_ff.fill_null(pl.lit(last_ts, dtype=pl.Datetime("us")))
-    # (a frame holds whole files one after another: numbered once a file, not hashed every row)
-    file_no = key_ids(df, ["file"])
-    if file_no.len() and file_no.max() > 0:
-        ts_ff, ts_bf = ts_ff.over(file_no), ts_bf.over(file_no)
-    df = df.with_columns(ts_ff.alias("ts_ff"), ts_bf.alias("ts_bf"))
+    df = df.with_columns(_filled_times(df["ts"], file_no, last_ts).get_columns())
     own = df.head(own_rows)
     if own.height:
         state["last_ts"] = own["ts_ff"][-1]
@@ -345,6 +339,36 @@ def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_t
         if wanted is not None and wanted.head(own_rows).any():
             narrowed = df.with_columns(wanted.alias("wanted"))
             yield from _on_its_thread(parser, narrowed, narrowed.head(own_rows).filter("wanted"), state)
+
+
+def _filled_times(ts: pl.Series, file_no: pl.Series | None, last_ts: datetime | None) -> pl.DataFrame:
+    """``ts_ff`` (each line's time, or the last one before it in its file, else ``last_ts``) and
+    ``ts_bf`` (or the next one after it in its file)."""
+    times = pl.DataFrame([ts.alias("ts"), (file_no if file_no is not None else pl.repeat(0, ts.len(), dtype=pl.UInt32,
+                                                                                          eager=True)).alias("file")])
+    ts_ff, ts_bf = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
+    if file_no is not None:
+        # (files one after another: a time is carried only where it was the same file's)
+        timed_file = pl.when(pl.col("ts").is_not_null()).then(pl.col("file"))
+        ts_ff = pl.when(timed_file.forward_fill() == pl.col("file")).then(ts_ff)
+        ts_bf = pl.when(timed_file.backward_fill() == pl.col("file")).then(ts_bf)
+    if last_ts is not None:
+        ts_ff = ts_ff.fill_null(pl.lit(last_ts, dtype=pl.Datetime("us")))
+    return times.select(ts_ff.alias("ts_ff"), ts_bf.alias("ts_bf"))
+
+
+def _file_numbers(group: list[Read]) -> pl.Series | None:
+    """Each row's file in the frame of ``group``'s lines, numbered from 0 (files one after another, each
+    read's in order); None where they are one file's."""
+    parts, files = [], 0
+    for r in group:
+        names = r.lines["file"]
+        # (a read of several files holds them one after another: one whose first and last line are one file's is one)
+        ids = (key_ids(r.lines, ["file"]) if names[0] != names[-1]
+               else pl.repeat(0, r.lines.height, dtype=pl.UInt32, eager=True))
+        parts.append(ids + files)
+        files += int(ids[-1]) + 1
+    return pl.concat(parts) if files > 1 else None
 
 
 @functools.cache
@@ -387,15 +411,18 @@ class Read:
     present: frozenset[str] | None = None  # the triggers the scan found in the file (None: take all)
     hits: dict[str, pl.Series] | None = None  # positions in ``lines`` of each per-line trigger's rows
     # or, not yet split: the file's lines as one block of bytes, split and scanned with other files' in ``build``
-    block: bytes | None = None
+    block: bytes | pa.Buffer | None = None
     source: Source | None = None
 
 
 def read(source: Source) -> Read:
-    """A plain file's lines as one block of bytes, split in ``build`` with other files' (a split
-    or a scan has a fixed cost of milliseconds, as much as a hundred kilobytes of lines cost);
+    """A plain file's lines as one block of bytes (read into Arrow memory: ``read_whole``), split in
+    ``build`` with other files' (a split or a scan has a fixed cost of milliseconds, as much as a
+    hundred kilobytes of lines cost);
     a console whose copies of ranks logged elsewhere are dropped, or a file grown past a block
     while read, as lines (one chunk: no lookahead to carry) with what the scan found in them."""
+    if not source.tee_ranks_elsewhere and (whole := read_whole(source.path)) is not None:
+        return Read(None, source.year, block=whole, source=source)
     blocks = list(blocks_of_lines(source.path))
     if len(blocks) == 1 and not source.tee_ranks_elsewhere:
         return Read(None, source.year, block=blocks[0], source=source)
@@ -487,4 +514,4 @@ def build(reads: list[Read]) -> Iterator[tuple[str, pl.DataFrame]]:
         group = [r for r in _as_lines([r for r in reads if r.year == year]) if r.lines is not None and r.lines.height]
         if group:
             df = pl.concat([r.lines for r in group], rechunk=True).drop("row").with_row_index("row")
-            yield from _parse_frame(df, df.height, year, {}, None, *_batch_scan(group))
+            yield from _parse_frame(df, df.height, year, {}, None, *_batch_scan(group), _file_numbers(group))

@@ -84,7 +84,7 @@ class Batcher:
     is also bounded in bytes: a graph break logged at every step of 512 ranks is a million
     rows of long text, and what waits here is held twice while DuckDB copies it in."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, max_rows: int = 250_000,
+    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, max_rows: int = 50_000,
                  max_bytes: int = 64 << 20):
         self.con, self.run_id, self.max_rows, self.max_bytes = con, run_id, max_rows, max_bytes
         self.pending: dict[str, list[pl.DataFrame]] = {}

@@ -112,3 +112,14 @@ def test_frames_split_in_c_outlive_the_block_and_pickle_only_their_rows():
     kept = frame.filter(pl.col("line_no") == 4000)
     assert kept["text"].to_list() == ["V1129 13:40:20.565000 1 a.py:1] line 3999 of a longer log"]
     assert len(pickle.dumps(kept)) < 10_000
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=3000), at=st.integers(min_value=0, max_value=3000))
+def test_a_block_in_arrow_memory_is_ascii_as_bytes_are(data, at):
+    """The C test of a block read into Arrow memory (lines.read_whole) says what bytes.isascii says."""
+    import pyarrow as pa
+
+    data = data[:at] + b"x" * (1 << 20) + data[at:]  # (past the mebibyte it tests at a time)
+    assert lines._split_c.ascii(pa.py_buffer(data)) == data.isascii()
+    assert lines._split_c.ascii(pa.py_buffer(data.decode("latin-1").encode("ascii", "replace"))) is True

@@ -1,14 +1,16 @@
 """A plain file's blocks of whole lines (lines.newline_blocks): every byte once, cut only after a
-newline, whatever the block size, the file's end, or a line longer than a block."""
+newline, whatever the block size, the file's end, or a line longer than a block; and a plain file
+of one block read whole into Arrow memory (lines.read_whole): that block."""
 
 from __future__ import annotations
 
+import gzip
 import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from postmortem.parsers.lines import newline_blocks, open_binary
+from postmortem.parsers.lines import blocks_of_lines, newline_blocks, open_binary, read_whole
 
 
 def _blocks(path, size):
@@ -46,3 +48,40 @@ def test_a_file_that_grows_while_read_is_read_to_its_new_end(tmp_path, monkeypat
     monkeypatch.setattr(os, "fstat", stale_fstat)
     blocks = _blocks(path, 1 << 20)
     assert b"\n".join(b for b, _ in blocks) == b"first\nsecond\nthird"
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"x")), max_size=30),
+       final_newline=st.booleans(), extra_newline=st.booleans())
+def test_a_file_read_whole_into_arrow_memory_is_its_one_block(tmp_path_factory, lines, final_newline, extra_newline):
+    """read_whole gives what blocks_of_lines gives a file of one block, byte for byte."""
+    data = b"\n".join([b"log", *lines]) + (b"\n" if final_newline else b"") + (b"\n" if extra_newline else b"")
+    path = tmp_path_factory.mktemp("whole") / "log.txt"
+    path.write_bytes(data)
+    whole = read_whole(path)
+    assert whole is not None and whole.to_pybytes() == b"".join(blocks_of_lines(path))
+
+
+def test_files_read_whole_only_where_plain_and_of_one_block(tmp_path):
+    """An empty, gzip or UTF-16 file, or one bigger than a block, is left to blocks_of_lines."""
+    cases = {"empty.log": b"", "gzipped.log.gz": gzip.compress(b"a\nb\n"), "utf16.log": "a\nb\n".encode("utf-16"),
+             "big.log": b"x" * 100 + b"\n"}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+    assert [read_whole(tmp_path / name, chunk_bytes=64) for name in cases] == [None] * len(cases)
+    assert read_whole(tmp_path / "big.log").to_pybytes() == b"x" * 100
+
+
+def test_a_file_that_grows_while_read_whole_is_left_to_blocks_of_lines(tmp_path, monkeypatch):
+    path = tmp_path / "log.txt"
+    path.write_bytes(b"first\nsecond\n")
+    real_fstat = os.fstat
+
+    def stale_fstat(fd):  # the size as it was before the last line was appended
+        result = real_fstat(fd)
+        with open(path, "ab") as fh:
+            fh.write(b"third\n")
+        return result
+
+    monkeypatch.setattr(os, "fstat", stale_fstat)
+    assert read_whole(path) is None
