@@ -11,6 +11,7 @@ the same way.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
@@ -18,6 +19,7 @@ import logging
 import multiprocessing
 import os
 import secrets
+import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import datetime, timezone
@@ -185,7 +187,8 @@ def _as_dictionaries(df: pl.DataFrame) -> pl.DataFrame:
 
 def _tasks(sources: list[Source]) -> list[list[Source]]:
     """Largest files first: one a task, or, where their parser builds them with others, as many
-    as BUILD_BYTES holds; then the small ones in batches."""
+    as BUILD_BYTES holds; then the small ones in batches. The tasks in order of their bytes, most
+    first: the last are the smallest (what the main process takes while the workers start)."""
     tasks: list[list[Source]] = []
     batch: list[Source] = []
     batch_bytes = 0
@@ -208,7 +211,7 @@ def _tasks(sources: list[Source]) -> list[list[Source]]:
             tasks.append(batch)
             batch, batch_bytes = [], 0
     tasks += [t for t in (built, batch) if t]
-    return tasks
+    return sorted(tasks, key=lambda task: -sum(s.bytes for s in task))
 
 
 # What the parsing workers are started with, where the user has not set it: each worker parses
@@ -270,6 +273,38 @@ def _worker_context() -> multiprocessing.context.BaseContext:
     return context
 
 
+class _Submitter(threading.Thread):
+    """Hands ``queue``'s tasks (from its front) to ``pool``, each future into ``futures``, on a thread
+    of its own; ``take_last`` takes one from the back instead, for the caller to parse."""
+
+    def __init__(self, pool: ProcessPoolExecutor, queue: collections.deque, futures: dict):
+        super().__init__(name="postmortem-submit", daemon=True)
+        self.pool, self.queue, self.futures = pool, queue, futures
+        self.lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            while True:
+                with self.lock:
+                    if not self.queue:
+                        return
+                    task = self.queue.popleft()
+                self.futures[self.pool.submit(_parse_in_worker, task)] = task
+        except BaseException as exc:  # (raised where the caller joins: no task is lost unsaid)
+            self.error = exc
+
+    def take_last(self) -> list[Source] | None:
+        with self.lock:
+            return self.queue.pop() if self.queue else None
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error
+
+
 def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progress | None) -> list[dict]:
     """Parse every file: in this process for a small job, across all cores for a big one."""
     sources = found.sources
@@ -294,7 +329,8 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
     out.con.execute("SET threads = 1")
     try:
         with _worker_environment(), ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context()) as pool:
-            futures = {pool.submit(_parse_in_worker, task): task for task in _tasks(sources)}
+            queue = collections.deque(_tasks(sources))  # (largest first)
+            futures: dict = {}
 
             def finished(task: list[Source], result: tuple[list[dict], dict[str, pl.DataFrame]]) -> None:
                 nonlocal rows, done_files, done_bytes
@@ -307,14 +343,14 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
                 if progress:
                     progress(done_files, done_bytes, total_files, total_bytes, task[-1].name)
 
-            # Until the first worker is ready (the server imports the parsers first: ~0.3 s) this process
-            # has nothing to do: it takes the last tasks in the queue (the smallest) back and parses them.
-            for future in reversed(list(futures)):
-                if any(f.done() for f in futures) or not future.cancel():
-                    break
-                task = futures.pop(future)
+            # The first task handed to the pool waits for its server to import the parsers (~0.3 s of a
+            # core): the tasks are handed over on a thread of their own, and until the first is, this
+            # process takes the last tasks (the smallest) off the queue and parses them itself.
+            submitter = _Submitter(pool, queue, futures)
+            while not futures and (task := submitter.take_last()) is not None:
                 finished(task, _parse_in_worker(task))  # (its frames as a worker's: they concatenate)
-            for future in as_completed(futures):
+            submitter.join()
+            for future in as_completed(list(futures)):
                 # popped: a finished future keeps its result, every parsed frame of the job otherwise
                 task = futures.pop(future)
                 finished(task, future.result())
