@@ -551,6 +551,172 @@ done:
     return result;
 }
 
+/* ---- records of several lines (parsers/dynamo.py: a compile record is the lines of its stream from its start) ---- */
+
+static inline uint64_t mix(uint64_t h) {  /* (a 64-bit finalizer: murmur3's) */
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 33);
+}
+
+/* row_ids(columns) -> bytes: for the rows of ``columns`` (a tuple of buffers of uint32, each as
+ * long as the others: a row's values, one a column), a number (uint32) a row, equal for equal
+ * rows, numbered from 0 in the order each row first appears (lines.key_ids, for integer keys). */
+static PyObject *row_ids(PyObject *self, PyObject *args) {
+    PyObject *columns;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &columns))
+        return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(columns), got = 0, n = 0;
+    Py_buffer *col = PyMem_Calloc(k ? k : 1, sizeof(Py_buffer));
+    PyObject *out = NULL;
+    uint32_t *table = NULL;
+    if (!col)
+        return PyErr_NoMemory();
+    for (; got < k; got++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(columns, got), &col[got], PyBUF_SIMPLE) < 0)
+            goto done;
+        if (col[got].len % 4 || (got && col[got].len != col[0].len)) {
+            got++;
+            PyErr_SetString(PyExc_ValueError, "row_ids: columns of uint32, all as long");
+            goto done;
+        }
+    }
+    n = k ? col[0].len / 4 : 0;
+    if (n >= UINT32_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "row_ids: too many rows");
+        goto done;
+    }
+    Py_ssize_t size = 16;
+    while (size < 2 * n)
+        size <<= 1;
+    table = PyMem_Malloc((size_t)size * 4);  /* each slot: 1 + the first row of a key, 0 where empty */
+    out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!table || !out) {
+        Py_CLEAR(out);
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(table, 0, (size_t)size * 4);
+    uint32_t *ids = (uint32_t *)PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    uint32_t next = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i) {  /* (rows of one key follow one another, most often: the row before's, without a look-up) */
+            Py_ssize_t c = 0;
+            while (c < k && ((const uint32_t *)col[c].buf)[i] == ((const uint32_t *)col[c].buf)[i - 1])
+                c++;
+            if (c == k) {
+                ids[i] = ids[i - 1];
+                continue;
+            }
+        }
+        uint64_t h = 0x9e3779b97f4a7c15ULL;
+        for (Py_ssize_t c = 0; c < k; c++)
+            h = mix(h ^ ((const uint32_t *)col[c].buf)[i]);
+        Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(size - 1));
+        for (;; slot = (slot + 1) & (size - 1)) {
+            uint32_t held = table[slot];
+            if (!held) {  /* a new key: this row is its first */
+                table[slot] = (uint32_t)i + 1;
+                ids[i] = next++;
+                break;
+            }
+            Py_ssize_t j = held - 1, c = 0;
+            while (c < k && ((const uint32_t *)col[c].buf)[i] == ((const uint32_t *)col[c].buf)[j])
+                c++;
+            if (c == k) {
+                ids[i] = ids[j];
+                break;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyMem_Free(table);
+    for (Py_ssize_t c = 0; c < got; c++)
+        PyBuffer_Release(&col[c]);
+    PyMem_Free(col);
+    return out;
+}
+
+/* stream_blocks(streams, starts) -> (firsts, offsets, order): lines (in order) each of a stream
+ * (``streams``: uint32, numbered from 0) and each a start of a block or not (``starts``: a byte
+ * each); a block is a start and the lines of its stream after it, up to the stream's next start
+ * (a stream's lines before its first start are of none). ``firsts``: each block's start line
+ * (uint32), the blocks in the order they start; ``order``: the lines of the blocks (uint32), block
+ * after block, each block's in line order; ``offsets``: where each block's lines begin in
+ * ``order`` (int64), and its end. One pass to say each line's block, one to count, one to place. */
+static PyObject *stream_blocks(PyObject *self, PyObject *args) {
+    Py_buffer streams, starts;
+    if (!PyArg_ParseTuple(args, "y*y*", &streams, &starts))
+        return NULL;
+    PyObject *firsts = NULL, *offsets = NULL, *order = NULL, *result = NULL;
+    Py_ssize_t n = streams.len / 4, blocks = 0, members = 0;
+    int32_t *block = NULL, *current = NULL;
+    if (streams.len % 4 || starts.len != n || n >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "stream_blocks: a uint32 stream and a start byte a line");
+        goto done;
+    }
+    const uint32_t *stream = streams.buf;
+    const uint8_t *start = starts.buf;
+    uint32_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (stream[i] >= count)
+            count = stream[i] + 1;
+        blocks += start[i] != 0;
+    }
+    block = PyMem_Malloc((size_t)(n ? n : 1) * 4);
+    current = PyMem_Malloc((size_t)(count ? count : 1) * 4);
+    firsts = PyBytes_FromStringAndSize(NULL, blocks * 4);
+    offsets = PyBytes_FromStringAndSize(NULL, (blocks + 1) * 8);
+    if (!block || !current || !firsts || !offsets) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint32_t *first = (uint32_t *)PyBytes_AS_STRING(firsts);
+    int64_t *offset = (int64_t *)PyBytes_AS_STRING(offsets);
+    memset(offset, 0, (size_t)(blocks + 1) * 8);
+    for (uint32_t s = 0; s < count; s++)
+        current[s] = -1;
+    int32_t b = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {  /* each line's block, and how many lines each has */
+        if (start[i]) {
+            first[b] = (uint32_t)i;
+            current[stream[i]] = b++;
+        }
+        block[i] = current[stream[i]];
+        if (block[i] >= 0) {
+            offset[block[i] + 1]++;
+            members++;
+        }
+    }
+    for (Py_ssize_t j = 0; j < blocks; j++)
+        offset[j + 1] += offset[j];
+    order = PyBytes_FromStringAndSize(NULL, members * 4);
+    if (!order)
+        goto done;
+    uint32_t *placed = (uint32_t *)PyBytes_AS_STRING(order);
+    for (Py_ssize_t i = 0; i < n; i++) {  /* (offset[j] moves to block j's end as its lines are placed) */
+        if (block[i] >= 0)
+            placed[offset[block[i]]++] = (uint32_t)i;
+    }
+    for (Py_ssize_t j = blocks; j > 0; j--)  /* (and back to its beginning) */
+        offset[j] = offset[j - 1];
+    offset[0] = 0;
+    result = Py_BuildValue("(OOO)", firsts, offsets, order);
+done:
+    Py_XDECREF(firsts);
+    Py_XDECREF(offsets);
+    Py_XDECREF(order);
+    PyMem_Free(block);
+    PyMem_Free(current);
+    PyBuffer_Release(&streams);
+    PyBuffer_Release(&starts);
+    return result;
+}
+
 /* ascii(block) -> bool: whether every byte of the block is ASCII (bytes.isascii, for any buffer). */
 static PyObject *ascii(PyObject *self, PyObject *args) {
     Py_buffer block;
@@ -570,6 +736,8 @@ static PyObject *ascii(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"ascii", ascii, METH_VARARGS, "ascii(block) -> whether every byte is ASCII"},
+    {"row_ids", row_ids, METH_VARARGS, "row_ids(columns) -> uint32 number a row, equal for equal rows"},
+    {"stream_blocks", stream_blocks, METH_VARARGS, "stream_blocks(streams, starts) -> (firsts, offsets, order)"},
     {"line_starts", line_starts, METH_VARARGS, "line_starts(block) -> int64 offsets of the lines' starts"},
     {"tag_indices", tag_indices, METH_VARARGS, "tag_indices(block, starts, tags) -> int32 tag index a line, len(tags) for none"},
     {"line_views", line_views, METH_VARARGS, "line_views(block, starts, prefix_lengths, max_chars) -> (texts, prefixes)"},

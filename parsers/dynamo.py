@@ -42,12 +42,18 @@ from collections import Counter
 from collections.abc import Iterator
 
 import polars as pl
+import pyarrow as pa
 
 from postmortem.schema import conform, frame
 
 from . import scan
-from .lines import extract_groups, following, header_source, key_ids
+from .lines import extract_groups, following, from_buffer, header_source, key_ids, values_of
 from .runtime import TRACEBACK_FRAME, is_user_frame
+
+try:  # the grouping of lines into records, in C (parsers/_lines.c), built where a compiler was at install
+    from . import _lines as _records_c
+except ImportError:  # pragma: no cover (CI builds it; tests/test_dynamo_parser.py holds both paths equal)
+    _records_c = None
 
 MAX_REASON = 1000
 EXCEPTION_LOOKAHEAD = 80
@@ -447,16 +453,16 @@ _OLD_HEADER = (rf"^\[(?<date>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d),(?<ms>\d{{3}})\] 
 _EXCEPTION = re.compile(r"^(?P<type>torch\._(?:dynamo|inductor)\.exc\.\w+)(?::\s?(?P<msg>.*))?$")
 
 
-def _dynamo_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
-    """The chunk's dynamo lines, in line order, with compile id, artifact, kind and emitter (for the
-    block key), ``_m``, the number of the line's message, and its time (``ts``, else ``ts_ff``); and
-    each message's body, by its number."""
-    lines = df.select("file", "row", "line_no", "rank", "tee", "ts", "ts_ff", "msg", "text", "src_at", "src_end")
+def _dynamo_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The chunk's dynamo lines, in line order: where each is (``file`` and its number ``file_no``,
+    ``row``, ``line_no``, ``rank``, ``tee``), its time (``ts``, else ``ts_ff``), ``_m``, the number of
+    its message, and for a line without an artifact tag the line of torch that logged it
+    (``emitter``); and what each message says, by its number (``cid``, ``art``, block ``kind``, ``body``)."""
+    lines = df.select("file", "file_no", "row", "line_no", "rank", "tee", "ts", "ts_ff", "msg", "text", "src_at",
+                      "src_end")
     has_header = df["src_at"].is_not_null()
     glog = lines.filter(df["wanted"] & has_header)
     headless = lines.filter(df["wanted"] & ~has_header)
-    if glog.is_empty() and headless.is_empty():
-        return glog, pl.Series("body", [], pl.String)
     # A graph break or recompile is logged again at every step and on every rank, word for word:
     # a message is taken apart once, however often it repeats. ``_m`` numbers the distinct messages
     # (a block's are its identity, shorter than its text): the codes of a dictionary of this frame's
@@ -464,18 +470,17 @@ def _dynamo_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     coded = glog["msg"].cast(pl.Categorical(pl.Categories.random()))
     messages = _message_fields(coded.dtype.categories.to_series().alias("msg").to_frame())  # (code order)
     codes = coded.to_physical().alias("_m")
-    glog = glog.select("file", "row", "line_no", "rank", "tee", "ts", "ts_ff").with_columns(
-        *(messages[c].gather(codes) for c in ("cid", "art", "kind")), codes,
-        _emitters(glog, messages["art"].is_null().gather(codes)))
-    bodies = messages["body"]
+    glog = glog.select("file", "file_no", "row", "line_no", "rank", "tee", "ts", "ts_ff").with_columns(
+        codes, _emitters(glog, messages["art"].is_null().gather(codes)))
+    said = messages.select("cid", "art", "kind", "body")
     if headless.height:
         # (a header-less line is numbered apart from every message and every other line: its block is its own)
         other = _headless(headless)
-        other = other.with_columns(pl.int_range(bodies.len(), bodies.len() + other.height, dtype=pl.UInt32).alias("_m"))
-        bodies = pl.concat([bodies, other["body"]])
+        other = other.with_columns(pl.int_range(said.height, said.height + other.height, dtype=pl.UInt32).alias("_m"))
+        said = pl.concat([said, other.select(said.columns).cast(dict(said.schema))])
         # (each in line order: merged, not sorted)
         glog = glog.merge_sorted(other.select(glog.columns).cast(dict(glog.schema)), key="row")
-    return glog, bodies
+    return glog, said
 
 
 def _emitters(glog: pl.DataFrame, untagged: pl.Series) -> pl.Series:
@@ -571,36 +576,65 @@ def _kind() -> pl.Expr:
     )
 
 
-def _blocks(dyn: pl.DataFrame, bodies: pl.Series) -> pl.DataFrame:
-    """One row per block (a start line and the lines of its stream up to the next start), with its
-    messages' numbers (``_m``: their text is ``bodies``' by that number)."""
-    # Artifact lines of one compile id form one stream whatever line of torch emitted them (a guard
-    # dump comes from three); other lines are grouped by their emitting source line.
-    key = ["file", "rank", "tee", "cid", "stream"]
-    dyn = dyn.with_columns(
-        pl.coalesce(pl.col("art"), pl.col("emitter"), pl.lit("")).alias("stream"),
-    )
-    dyn = dyn.with_columns(key_ids(dyn, key))  # (windows and groups over a stream by its number)
+def _blocks(dyn: pl.DataFrame, said: pl.DataFrame) -> pl.DataFrame:
+    """One row per block (a start line and the lines of its stream up to the next start), in the
+    order they start: its start line's place and time, its kind and compile id, and its messages'
+    numbers (``_m``: what they say is ``said``'s by that number)."""
+    kind = said["kind"].gather(dyn["_m"])
+    streams = _streams(dyn, said)
     # The `Tensor.item()` warning's "Graph break: from user code at:" continues the block its head
     # ("Graph break from `Tensor.item()`, consider setting:") began; with the head cut off it is the block.
     # (worked out over every line only where there is such a line)
-    if (dyn["kind"] == "item_tail").any():
-        dyn = dyn.with_columns(bodies.str.starts_with("Graph break from `Tensor.item()`").gather(dyn["_m"])
-                               .alias("_item_head"))
+    if (kind == "item_tail").any():
+        item_head = said["body"].str.starts_with("Graph break from `Tensor.item()`").gather(dyn["_m"])
         head = pl.when(pl.col("kind").is_not_null() & (pl.col("kind") != "item_tail")).then(pl.col("_item_head"))
-        dyn = dyn.with_columns(
+        kind = pl.DataFrame([kind.alias("kind"), item_head.alias("_item_head"), streams.alias("_stream")]).select(
             pl.when(pl.col("kind").is_null() | (pl.col("kind") != "item_tail")).then(pl.col("kind"))
-            .when(head.forward_fill().shift(1).over("_key").fill_null(False)).then(pl.lit(None))
+            .when(head.forward_fill().shift(1).over("_stream").fill_null(False)).then(pl.lit(None))
             .otherwise(pl.lit("item_tail")).alias("kind"),
-        )
-    dyn = dyn.with_columns(pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over("_key").alias("block"))
-    return (
-        dyn.filter(pl.col("block") > 0)
-        .group_by(["_key", "block"], maintain_order=True)
-        .agg(*(pl.col(c).first() for c in key), pl.col("kind").first(), pl.col("line_no").first(),
-             pl.col("row").first(), pl.col("ts").first(), pl.col("ts_ff").first(), pl.col("_m"))
-        .select(*key, "block", "kind", "line_no", "row", pl.coalesce("ts", "ts_ff").alias("when"), "_m")
-    )
+        ).to_series()
+    at = dyn.select("file", "rank", "line_no", "row", pl.coalesce("ts", "ts_ff").alias("when")).with_columns(
+        kind.alias("kind"), said["cid"].gather(dyn["_m"]).alias("cid"))
+    if _records_c is None:
+        return _blocks_by_polars(at, streams, dyn["_m"])
+    firsts, offsets, order = _records_c.stream_blocks(values_of(streams), values_of(kind.is_not_null().cast(pl.UInt8)))
+    members = dyn["_m"].gather(from_buffer(pa.uint32(), len(order) // 4, order)).to_arrow()
+    messages = pa.LargeListArray.from_arrays(from_buffer(pa.int64(), len(offsets) // 8, offsets).to_arrow(), members)
+    return at.select(pl.all().gather(from_buffer(pa.uint32(), len(firsts) // 4, firsts))).with_columns(
+        pl.from_arrow(messages).cast(pl.List(pl.UInt32)).alias("_m"))
+
+
+def _blocks_by_polars(at: pl.DataFrame, streams: pl.Series, messages: pl.Series) -> pl.DataFrame:
+    """``_blocks``' rows where its C part was not built: each line's block numbered within its stream,
+    the lines grouped by stream and block."""
+    columns = at.columns
+    at = at.with_columns(streams.alias("_stream"), messages.alias("_m")).with_columns(
+        pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over("_stream").alias("_block"))
+    return (at.filter(pl.col("_block") > 0).group_by(["_stream", "_block"], maintain_order=True)
+            .agg(*(pl.col(c).first() for c in columns), pl.col("_m")).select(*columns, "_m"))
+
+
+def _streams(dyn: pl.DataFrame, said: pl.DataFrame) -> pl.Series:
+    """Each line's stream, numbered: its file, rank, tee flag and compile id, and its artifact or,
+    where it has none, its emitter (artifact lines of one compile id form one stream whatever line
+    of torch emitted them: a guard dump comes from three; other lines are grouped by their
+    emitting source line). An artifact (a word) is never an emitter (a path, a logger's dotted name)."""
+    m = dyn["_m"]
+    art = _numbers(said["art"])
+    emitted = (said["art"].is_null().gather(m) & dyn["emitter"].is_not_null()).arg_true()
+    stream = art.gather(m).scatter(emitted, _numbers(dyn["emitter"].gather(emitted)) + art.max() + 1)
+    rank = dyn["rank"]
+    parts = [dyn["file_no"], rank.fill_null(0).reinterpret(signed=False), rank.is_null().cast(pl.UInt32),
+             dyn["tee"].cast(pl.UInt32).fill_null(2), _numbers(said["cid"]).gather(m), stream]
+    if _records_c is None:
+        return key_ids(pl.DataFrame([p.alias(str(i)) for i, p in enumerate(parts)]), [str(i) for i in range(len(parts))])
+    return from_buffer(pa.uint32(), len(m), _records_c.row_ids(tuple(values_of(p.cast(pl.UInt32)) for p in parts)))
+
+
+def _numbers(values: pl.Series) -> pl.Series:
+    """Each of ``values`` numbered (uint32, from 0), equal numbers for equal values, NULL one of them."""
+    codes = values.cast(pl.String).cast(pl.Categorical(pl.Categories.random())).to_physical()
+    return codes.fill_null((codes.max() or 0) + 1).cast(pl.UInt32) if codes.null_count() else codes.cast(pl.UInt32)
 
 
 # What dynamo appends to the exceptions it raises (torch/_dynamo/exc.py, augment_exc_message), by
@@ -796,9 +830,9 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
     if own.is_empty():
         return
     last_own_row = own["row"].max()
-    dyn, bodies = _dynamo_lines(df)
+    dyn, said = _dynamo_lines(df)
     if not dyn.is_empty():
-        yield "compiles", _block_rows(_blocks(dyn, bodies).filter(pl.col("row") <= last_own_row), bodies)
+        yield "compiles", _block_rows(_blocks(dyn, said).filter(pl.col("row") <= last_own_row), said["body"])
     exceptions = _exceptions(df, own)
     if exceptions:
         yield "compiles", frame("compiles", exceptions)

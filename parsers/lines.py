@@ -334,16 +334,16 @@ def _ascii_frame(data: bytes | pa.Buffer, first_line_no: int) -> tuple[pl.DataFr
     block = data if isinstance(data, pa.Buffer) else arrow_owned(data)
     starts_buf = _split_c.line_starts(block)
     n = len(starts_buf) // 8
-    starts = _from_buffer(pa.int64(), n, starts_buf)
+    starts = from_buffer(pa.int64(), n, starts_buf)
     tags = _tags_common_in(_sample_lines(data, starts)) if n >= 4 * _TAG_SAMPLE else []
     # each line's prefix, numbered: the index of the common tag it starts with, else (after them) of
     # the distinct prefix the regex takes off it (few: most often none, "")
-    number = _from_buffer(pa.int32(), n, _split_c.tag_indices(block, starts_buf, tuple(t.encode() for t in tags)))
+    number = from_buffer(pa.int32(), n, _split_c.tag_indices(block, starts_buf, tuple(t.encode() for t in tags)))
     prefixes = pl.Series(tags, dtype=pl.String)
     rest = (number == len(tags)).arg_true()
     if rest.len():
         whole, _ = _split_c.line_views(block, starts_buf, bytes(4 * n), MAX_LINE_CHARS + (1 << 30))
-        _, rest_prefix = _regex_cut(_from_buffer(pa.string_view(), n, whole, block).gather(rest), True)
+        _, rest_prefix = _regex_cut(from_buffer(pa.string_view(), n, whole, block).gather(rest), True)
         distinct = rest_prefix.unique(maintain_order=True)
         prefixes = prefixes.append(distinct)
         if distinct.len() > 1:
@@ -351,10 +351,10 @@ def _ascii_frame(data: bytes | pa.Buffer, first_line_no: int) -> tuple[pl.DataFr
     # what each prefix says, and how long it is, found once a prefix
     rank, tee = prefixes.alias("prefix").to_frame().select(*_prefix_field_exprs()).get_columns()
     rank, tee, cut = (c.gather(number) for c in (rank, tee, prefixes.str.len_bytes().cast(pl.Int32)))
-    texts, _ = _split_c.line_views(block, starts_buf, _values(cut), MAX_LINE_CHARS)
+    texts, _ = _split_c.line_views(block, starts_buf, values_of(cut), MAX_LINE_CHARS)
     return pl.DataFrame([pl.int_range(first_line_no, first_line_no + n, dtype=pl.Int64, eager=True).alias("line_no"),
                          rank.alias("rank"), tee.alias("tee"),
-                         _from_buffer(pa.string_view(), n, texts, block).alias("text")]), starts
+                         from_buffer(pa.string_view(), n, texts, block).alias("text")]), starts
 
 
 def _numbered(values: pl.Series, distinct: pl.Series) -> pl.Series:
@@ -364,8 +364,8 @@ def _numbered(values: pl.Series, distinct: pl.Series) -> pl.Series:
                                              nulls_equal=True)["i"].cast(pl.Int32)
 
 
-def _from_buffer(kind: pa.DataType, n: int, values: bytes, data: pa.Buffer | None = None) -> pl.Series:
-    """A column of ``n`` values of ``kind`` laid out in ``values`` (string views: into ``data``)."""
+def from_buffer(kind: pa.DataType, n: int, values: bytes, data: pa.Buffer | None = None) -> pl.Series:
+    """A column of ``n`` values of ``kind`` laid out in ``values`` (what C made; string views: into ``data``)."""
     buffers = [None, arrow_owned(values)] + ([data] if data is not None else [])
     return pl.from_arrow(pa.Array.from_buffers(kind, n, buffers))
 
@@ -380,7 +380,7 @@ def arrow_owned(data: bytes) -> pa.Buffer:
     return buffer
 
 
-def _values(column: pl.Series) -> pa.Buffer:
+def values_of(column: pl.Series) -> pa.Buffer:
     """The values of a numeric column without NULLs, as the bytes C reads."""
     array = column.to_arrow()
     width = array.type.byte_width

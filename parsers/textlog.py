@@ -327,7 +327,8 @@ def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_t
     state["present"] = present
     state["hits"] = hits
     df = with_headers(df, year, runs)
-    df = df.with_columns(_filled_times(df["ts"], file_no, last_ts).get_columns())
+    file_no = file_no if file_no is not None else pl.repeat(0, df.height, dtype=pl.UInt32, eager=True)
+    df = df.with_columns(file_no.alias("file_no"), *_filled_times(df["ts"], file_no, last_ts).get_columns())
     own = df.head(own_rows)
     if own.height:
         state["last_ts"] = own["ts_ff"][-1]
@@ -341,13 +342,12 @@ def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_t
             yield from _on_its_thread(parser, narrowed, narrowed.head(own_rows).filter("wanted"), state)
 
 
-def _filled_times(ts: pl.Series, file_no: pl.Series | None, last_ts: datetime | None) -> pl.DataFrame:
+def _filled_times(ts: pl.Series, file_no: pl.Series, last_ts: datetime | None) -> pl.DataFrame:
     """``ts_ff`` (each line's time, or the last one before it in its file, else ``last_ts``) and
     ``ts_bf`` (or the next one after it in its file)."""
-    times = pl.DataFrame([ts.alias("ts"), (file_no if file_no is not None else pl.repeat(0, ts.len(), dtype=pl.UInt32,
-                                                                                          eager=True)).alias("file")])
+    times = pl.DataFrame([ts.alias("ts"), file_no.alias("file")])
     ts_ff, ts_bf = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
-    if file_no is not None:
+    if file_no.len() and file_no[-1] > 0:  # (numbered in order: the last row's is the most)
         # (files one after another: a time is carried only where it was the same file's)
         timed_file = pl.when(pl.col("ts").is_not_null()).then(pl.col("file"))
         ts_ff = pl.when(timed_file.forward_fill() == pl.col("file")).then(ts_ff)

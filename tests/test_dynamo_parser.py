@@ -601,3 +601,68 @@ def test_mutated_real_dynamo_lines_never_raise(tmp_path, data):
     path.write_text("\n".join(lines))
     rows = compiles_of(path, rank=0)
     assert rows.is_empty() or set(rows["event"]) <= {"compile", "recompile", "graph_break", "limit_hit", "failure"}
+
+
+# ------------------------------------------------------------------ records grouped in C as in Polars
+
+
+def _compiles_both_ways(path: Path, monkeypatch, rank: int | None = None) -> None:
+    """The records of a log, grouped in C (parsers/_lines.c: streams numbered, blocks gathered) and by
+    the Polars reference where it was not built: the same rows."""
+    assert dynamo._records_c is not None, "parsers/_lines.c was not built at install (is a C compiler there?)"
+    got = compiles_of(path, rank)
+    with monkeypatch.context() as m:
+        m.setattr(dynamo, "_records_c", None)
+        want = compiles_of(path, rank)
+    assert got.equals(want), path
+
+
+def test_our_runs_and_the_public_threads_records_are_grouped_in_c_as_in_polars(monkeypatch):
+    root = Path(__file__).resolve().parent.parent
+    logs = [p for folder in ("sample_logs", "tests/realworld") for p in sorted((root / folder).rglob("*.log"))
+            if "_dynamo" in p.read_text(errors="replace")]
+    assert len(logs) >= 40
+    for path in logs:
+        _compiles_both_ways(path, monkeypatch)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_interleaved_ranks_and_streams_are_grouped_in_c_as_in_polars(tmp_path, monkeypatch, data):
+    """Real lines of a run, each given one of a few rank prefixes (a console's interleaved ranks, tee'd
+    copies among them) and shuffled in runs: streams of several ranks and compile ids cut into each other."""
+    lines = _sample_lines()
+    prefixes = ["", "[rank0]:", "[rank1]:", "[default1]:[rank1]:"]
+    picked = data.draw(st.lists(st.tuples(st.integers(0, len(lines) - 1), st.integers(1, 30),
+                                          st.sampled_from(prefixes)), min_size=1, max_size=40))
+    out = [prefix + line for at, n, prefix in picked for line in lines[at:at + n]]
+    path = tmp_path / "console.log"
+    path.write_text("\n".join(out))
+    _compiles_both_ways(path, monkeypatch)
+
+
+def test_a_lines_stream_is_its_file_rank_tee_flag_compile_id_and_artifact_or_emitter(tmp_path, monkeypatch):
+    """The numbers _streams gives (from numbered parts, in C) against the stream's definition, taken
+    on the text: lines of one stream, and only those, share a number."""
+    lines = [line.removeprefix("[rank0]:") for line in _sample_lines()]
+    out = [prefix + line for i, line in enumerate(lines)
+           for prefix in (["[rank0]:", "[rank1]:", "[default1]:[rank1]:"][i % 3],)]
+    path = tmp_path / "console.log"
+    path.write_text("\n".join(out + [line for line in lines[:50]]))
+    frames = {}
+
+    def keep(parser, df, own, state):
+        if parser is dynamo:
+            frames["df"] = df
+        return list(parser.parse_lines(df, own, state))
+
+    monkeypatch.setattr(textlog, "_on_its_thread", keep)
+    list(textlog.parse(Source(path=path, name=path.name, kind="text_log", rank=None, year=2026)))
+    dyn, said = dynamo._dynamo_lines(frames["df"])
+    m = dyn["_m"]
+    by_text = dyn.with_columns(said["cid"].gather(m).alias("cid"),
+                               pl.coalesce(said["art"].gather(m), dyn["emitter"], pl.lit("")).alias("stream"))
+    want = dynamo.key_ids(by_text, ["file", "rank", "tee", "cid", "stream"])
+    got = dynamo._streams(dyn, said)
+    assert by_text["rank"].n_unique() == 3 and by_text["tee"].n_unique() == 2 and by_text["cid"].n_unique() > 3
+    assert got.to_list() == want.to_list()
