@@ -466,10 +466,13 @@ def _dynamo_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     # A graph break or recompile is logged again at every step and on every rank, word for word:
     # a message is taken apart once, however often it repeats. ``_m`` numbers the distinct messages
     # (a block's are its identity, shorter than its text): the codes of a dictionary of this frame's
-    # own, made in one pass over the lines, where a join to the distinct messages made a second.
-    coded = glog["msg"].cast(pl.Categorical(pl.Categories.random()))
-    messages = _message_fields(coded.dtype.categories.to_series().alias("msg").to_frame())  # (code order)
-    codes = coded.to_physical().alias("_m")
+    # own (0, 1, ... as they first appear), made in one pass over the lines, where a join to the
+    # distinct messages made a second.
+    codes = glog["msg"].cast(pl.Categorical(pl.Categories.random())).alias("_m")
+    distinct = codes.unique()
+    messages = _message_fields(distinct.cast(pl.String).alias("msg").to_frame().with_columns(
+        distinct.to_physical().alias("_m")).sort("_m").drop("_m"))  # (in code order: a message's row is its number)
+    codes = codes.to_physical()
     glog = glog.select("file", "file_no", "row", "line_no", "rank", "tee", "ts", "ts_ff").with_columns(
         codes, _emitters(glog, messages["art"].is_null().gather(codes)))
     said = messages.select("cid", "art", "kind", "body")

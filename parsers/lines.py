@@ -252,12 +252,13 @@ def _frame_and_starts(data: bytes, first_line_no: int,
     changed a line's length): split in C where every line is read as its bytes are (ASCII, no
     glued progress bar to cut, no CR to strip), else from the lines Polars decodes."""
     if not isinstance(data, bytes) and (_split_c is None or present is None):
-        data = memoryview(data).tobytes()  # (a block read into Arrow memory, where only bytes will do)
+        # (a block read into Arrow memory, where only bytes will do: no C part, or no scan to say what it holds)
+        data = memoryview(data).tobytes()
     ascii = data.isascii() if isinstance(data, bytes) else _split_c.ascii(data)  # (16 MB take 1 ms: once a block)
     if (_split_c is not None and ascii and len(data) < 1 << 31
             and not _holds(data, present, _BAR_END) and not _holds(data, present, _CR)):
         return _ascii_frame(data, first_line_no)
-    data = data if isinstance(data, bytes) else memoryview(data).tobytes()
+    data = data if isinstance(data, bytes) else memoryview(data).tobytes()  # (Polars decodes bytes)
     raw = line_series(data, ascii)
     return _lines_frame(raw, data, ascii, first_line_no, present), _line_starts(raw, data)
 
@@ -327,10 +328,11 @@ def _with_prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
 def _ascii_frame(data: bytes | pa.Buffer, first_line_no: int) -> tuple[pl.DataFrame, pl.Series]:
     """``_lines_frame`` of ASCII ``data`` that holds no glued progress bar and no CR, and where its
     lines start: the byte work in C (``_lines.c``), one pass a step, each line's text a string view
-    into ``data`` (Arrow memory: ``read_whole``), or into a copy of it, instead of a copy of each. The decisions are ``_without_prefixes``' (its
-    proof holds here): a line that starts with a common rank tag loses that tag, unless a tag
-    of one is followed by a whole second tag; the regex takes the prefixes off every other line.
-    ``tests/test_ascii_split.py`` holds the two paths equal."""
+    into ``data`` (Arrow memory: ``read_whole``), or into a copy of it, instead of a copy of each.
+    The decisions are ``_without_prefixes``' (its proof holds here): a line that starts with a common
+    rank tag loses that tag, unless a tag of one is followed by a whole second tag; the regex takes
+    the prefixes off every other line; what a prefix says (rank, tee) is found once a distinct
+    prefix. ``tests/test_ascii_split.py`` holds the two paths equal."""
     block = data if isinstance(data, pa.Buffer) else arrow_owned(data)
     starts_buf = _split_c.line_starts(block)
     n = len(starts_buf) // 8

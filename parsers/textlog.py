@@ -418,9 +418,9 @@ class Read:
 def read(source: Source) -> Read:
     """A plain file's lines as one block of bytes (read into Arrow memory: ``read_whole``), split in
     ``build`` with other files' (a split or a scan has a fixed cost of milliseconds, as much as a
-    hundred kilobytes of lines cost);
-    a console whose copies of ranks logged elsewhere are dropped, or a file grown past a block
-    while read, as lines (one chunk: no lookahead to carry) with what the scan found in them."""
+    hundred kilobytes of lines cost); a console whose copies of ranks logged elsewhere are dropped,
+    or a file grown past a block while read, as lines (one chunk: no lookahead to carry) with what
+    the scan found in them."""
     if not source.tee_ranks_elsewhere and (whole := read_whole(source.path)) is not None:
         return Read(None, source.year, block=whole, source=source)
     blocks = list(blocks_of_lines(source.path))

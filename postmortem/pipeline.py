@@ -350,7 +350,7 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
             while not futures and (task := submitter.take_last()) is not None:
                 finished(task, _parse_in_worker(task))  # (its frames as a worker's: they concatenate)
             submitter.join()
-            for future in as_completed(list(futures)):
+            for future in as_completed(futures):
                 # popped: a finished future keeps its result, every parsed frame of the job otherwise
                 task = futures.pop(future)
                 finished(task, future.result())

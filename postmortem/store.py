@@ -82,7 +82,9 @@ class Batcher:
     """Collects parsers' frames and appends them in large batches: a DuckDB insert costs
     about a millisecond however small, and a job can have thousands of small files. A batch
     is also bounded in bytes: a graph break logged at every step of 512 ranks is a million
-    rows of long text, and what waits here is held twice while DuckDB copies it in."""
+    rows of long text, and what waits here is held twice while DuckDB copies it in. And in rows:
+    while workers parse, what they sent goes in as it comes (~1 us a row), not all after the
+    last of them has finished (0.3 s of one core, the other idle, for the 64-rank job's 200k rows)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, max_rows: int = 50_000,
                  max_bytes: int = 64 << 20):

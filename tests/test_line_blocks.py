@@ -32,20 +32,25 @@ def test_blocks_are_the_file_cut_after_newlines(tmp_path_factory, lines, final_n
     assert b"\n".join(b for b, _ in blocks) == (data[:-1] if data.endswith(b"\n") else data)
 
 
+def _grows_once_its_size_is_taken(monkeypatch, path, line: bytes) -> None:
+    """A live job's log: ``line`` is appended to it just after os.fstat takes its size (the first time)."""
+    real_fstat, size = os.fstat, path.stat().st_size
+
+    def stale_fstat(fd):  # the size as it was before the line was appended
+        result = real_fstat(fd)
+        if result.st_size == size:
+            with open(path, "ab") as fh:
+                fh.write(line)
+        return result
+
+    monkeypatch.setattr(os, "fstat", stale_fstat)
+
+
 def test_a_file_that_grows_while_read_is_read_to_its_new_end(tmp_path, monkeypatch):
     """A live job's log gains lines between the size being taken and the read: what was appended is read too."""
     path = tmp_path / "log.txt"
     path.write_bytes(b"first\nsecond\n")
-    real_fstat = os.fstat
-
-    def stale_fstat(fd):  # the size as it was before the last line was appended
-        result = real_fstat(fd)
-        with open(path, "ab") as fh:
-            if result.st_size == len(b"first\nsecond\n"):
-                fh.write(b"third\n")
-        return result
-
-    monkeypatch.setattr(os, "fstat", stale_fstat)
+    _grows_once_its_size_is_taken(monkeypatch, path, b"third\n")
     blocks = _blocks(path, 1 << 20)
     assert b"\n".join(b for b, _ in blocks) == b"first\nsecond\nthird"
 
@@ -75,13 +80,5 @@ def test_files_read_whole_only_where_plain_and_of_one_block(tmp_path):
 def test_a_file_that_grows_while_read_whole_is_left_to_blocks_of_lines(tmp_path, monkeypatch):
     path = tmp_path / "log.txt"
     path.write_bytes(b"first\nsecond\n")
-    real_fstat = os.fstat
-
-    def stale_fstat(fd):  # the size as it was before the last line was appended
-        result = real_fstat(fd)
-        with open(path, "ab") as fh:
-            fh.write(b"third\n")
-        return result
-
-    monkeypatch.setattr(os, "fstat", stale_fstat)
+    _grows_once_its_size_is_taken(monkeypatch, path, b"third\n")
     assert read_whole(path) is None
