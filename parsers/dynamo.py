@@ -493,7 +493,7 @@ def _emitters(glog: pl.DataFrame, untagged: pl.Series) -> pl.Series:
     emitter = pl.repeat(None, glog.height, dtype=pl.String, eager=True).alias("emitter")
     if rows.len() == 0:
         return emitter
-    return emitter.scatter(rows, header_source(glog.select("text", "src_at", "src_end").gather(rows))["src"])
+    return emitter.scatter(rows, header_source(glog.select(pl.col("text", "src_at", "src_end").gather(rows)))["src"])
 
 
 def _headless(lines: pl.DataFrame) -> pl.DataFrame:
