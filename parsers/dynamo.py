@@ -451,6 +451,9 @@ _MSG_FIELDS = rf"^(?:\[(?<cid>{_CID})\] )?(?:\[__(?<art>\w+)\] ?)?"
 _OLD_HEADER = (rf"^\[(?<date>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d),(?<ms>\d{{3}})\] (?:\[(?<cid2>{_CID})\] )?"
                r"(?<logger>torch\._dynamo[\w.]*?)(?:\.__(?<art2>\w+))?: \[(?<lvl>[A-Z]+)\] ?(?<body2>.*)$")
 _EXCEPTION = re.compile(r"^(?P<type>torch\._(?:dynamo|inductor)\.exc\.\w+)(?::\s?(?P<msg>.*))?$")
+# What makes a header-less line an anchor (``_headless``: the old header's logger, a warning of dynamo's
+# code, explain()'s break reason, a limit hit quoted or in torchdynamo's first wording).
+_ANCHORS = (_OLD_HEADER, _DYNAMO_WARNING, _EXPLAIN_START, _BARE_LIMIT, _OLD_LIMIT)
 
 
 def _dynamo_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -476,7 +479,7 @@ def _dynamo_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     glog = glog.select("file", "file_no", "row", "line_no", "rank", "tee", "ts", "ts_ff").with_columns(
         codes, _emitters(glog, messages["art"].is_null().gather(codes)))
     said = messages.select("cid", "art", "kind", "body")
-    if headless.height:
+    if headless.height and _anchored(headless):
         # (a header-less line is numbered apart from every message and every other line: its block is its own)
         other = _headless(headless)
         other = other.with_columns(pl.int_range(said.height, said.height + other.height, dtype=pl.UInt32).alias("_m"))
@@ -494,6 +497,14 @@ def _emitters(glog: pl.DataFrame, untagged: pl.Series) -> pl.Series:
     if rows.len() == 0:
         return emitter
     return emitter.scatter(rows, header_source(glog.select(pl.col("text", "src_at", "src_end").gather(rows)))["src"])
+
+
+def _anchored(lines: pl.DataFrame) -> bool:
+    """Whether any of the header-less lines is an anchor of ``_headless`` (a record's first line, which
+    the lines after it may continue): where none is, none is kept (a traceback's frames, which
+    explain()'s user stacks hold too, are most header-less lines, and then alone)."""
+    text = pl.col("text")
+    return lines.select(pl.any_horizontal(*(text.str.contains(p) for p in _ANCHORS)).any()).item()
 
 
 def _headless(lines: pl.DataFrame) -> pl.DataFrame:
