@@ -564,6 +564,14 @@ static inline uint64_t mix(uint64_t h) {  /* (a 64-bit finalizer: murmur3's) */
 /* row_ids(columns) -> bytes: for the rows of ``columns`` (a tuple of buffers of uint32, each as
  * long as the others: a row's values, one a column), a number (uint32) a row, equal for equal
  * rows, numbered from 0 in the order each row first appears (lines.key_ids, for integer keys). */
+static inline int same_row(const Py_buffer *col, Py_ssize_t k, Py_ssize_t i, Py_ssize_t j) {
+    for (Py_ssize_t c = 0; c < k; c++) {
+        if (((const uint32_t *)col[c].buf)[i] != ((const uint32_t *)col[c].buf)[j])
+            return 0;
+    }
+    return 1;
+}
+
 static PyObject *row_ids(PyObject *self, PyObject *args) {
     PyObject *columns;
     if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &columns))
@@ -603,14 +611,9 @@ static PyObject *row_ids(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     uint32_t next = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i) {  /* (rows of one key follow one another, most often: the row before's, without a look-up) */
-            Py_ssize_t c = 0;
-            while (c < k && ((const uint32_t *)col[c].buf)[i] == ((const uint32_t *)col[c].buf)[i - 1])
-                c++;
-            if (c == k) {
-                ids[i] = ids[i - 1];
-                continue;
-            }
+        if (i && same_row(col, k, i, i - 1)) {  /* (rows of one key most often follow one another: no look-up) */
+            ids[i] = ids[i - 1];
+            continue;
         }
         uint64_t h = 0x9e3779b97f4a7c15ULL;
         for (Py_ssize_t c = 0; c < k; c++)
@@ -623,11 +626,8 @@ static PyObject *row_ids(PyObject *self, PyObject *args) {
                 ids[i] = next++;
                 break;
             }
-            Py_ssize_t j = held - 1, c = 0;
-            while (c < k && ((const uint32_t *)col[c].buf)[i] == ((const uint32_t *)col[c].buf)[j])
-                c++;
-            if (c == k) {
-                ids[i] = ids[j];
+            if (same_row(col, k, i, held - 1)) {
+                ids[i] = ids[held - 1];
                 break;
             }
         }

@@ -47,7 +47,7 @@ import pyarrow as pa
 from postmortem.schema import conform, frame
 
 from . import scan
-from .lines import extract_groups, following, from_buffer, header_source, key_ids, values_of
+from .lines import dictionary, extract_groups, following, from_buffer, header_source, key_ids, values_of
 from .runtime import TRACEBACK_FRAME, is_user_frame
 
 try:  # the grouping of lines into records, in C (parsers/_lines.c), built where a compiler was at install
@@ -468,14 +468,11 @@ def _dynamo_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     headless = lines.filter(df["wanted"] & ~has_header)
     # A graph break or recompile is logged again at every step and on every rank, word for word:
     # a message is taken apart once, however often it repeats. ``_m`` numbers the distinct messages
-    # (a block's are its identity, shorter than its text): the codes of a dictionary of this frame's
-    # own (0, 1, ... as they first appear), made in one pass over the lines, where a join to the
-    # distinct messages made a second.
-    codes = glog["msg"].cast(pl.Categorical(pl.Categories.random())).alias("_m")
-    distinct = codes.unique()
-    messages = _message_fields(distinct.cast(pl.String).alias("msg").to_frame().with_columns(
-        distinct.to_physical().alias("_m")).sort("_m").drop("_m"))  # (in code order: a message's row is its number)
-    codes = codes.to_physical()
+    # (a block's are its identity, shorter than its text), in one pass over the lines, where a join
+    # to the distinct messages made a second; a message's row of ``messages`` is its number.
+    codes, distinct = dictionary(glog["msg"])
+    codes = codes.alias("_m")
+    messages = _message_fields(distinct.alias("msg").to_frame())
     glog = glog.select("file", "file_no", "row", "line_no", "rank", "tee", "ts", "ts_ff").with_columns(
         codes, _emitters(glog, messages["art"].is_null().gather(codes)))
     said = messages.select("cid", "art", "kind", "body")
@@ -646,9 +643,9 @@ def _streams(dyn: pl.DataFrame, said: pl.DataFrame) -> pl.Series:
 
 
 def _numbers(values: pl.Series) -> pl.Series:
-    """Each of ``values`` numbered (uint32, from 0), equal numbers for equal values, NULL one of them."""
-    codes = values.cast(pl.String).cast(pl.Categorical(pl.Categories.random())).to_physical()
-    return codes.fill_null((codes.max() or 0) + 1).cast(pl.UInt32) if codes.null_count() else codes.cast(pl.UInt32)
+    """Each of ``values`` numbered (``dictionary``), NULL one of them (the number after the others')."""
+    codes, distinct = dictionary(values)
+    return codes.fill_null(distinct.len())
 
 
 # What dynamo appends to the exceptions it raises (torch/_dynamo/exc.py, augment_exc_message), by

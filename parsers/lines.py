@@ -346,10 +346,9 @@ def _ascii_frame(data: bytes | pa.Buffer, first_line_no: int) -> tuple[pl.DataFr
     if rest.len():
         whole, _ = _split_c.line_views(block, starts_buf, bytes(4 * n), MAX_LINE_CHARS + (1 << 30))
         _, rest_prefix = _regex_cut(from_buffer(pa.string_view(), n, whole, block).gather(rest), True)
-        distinct = rest_prefix.unique(maintain_order=True)
+        codes, distinct = dictionary(rest_prefix)
         prefixes = prefixes.append(distinct)
-        if distinct.len() > 1:
-            number = number.scatter(rest, _numbered(rest_prefix, distinct) + len(tags))
+        number = number.scatter(rest, (codes + len(tags)).cast(pl.Int32))
     # what each prefix says, and how long it is, found once a prefix
     rank, tee = prefixes.alias("prefix").to_frame().select(*_prefix_field_exprs()).get_columns()
     rank, tee, cut = (c.gather(number) for c in (rank, tee, prefixes.str.len_bytes().cast(pl.Int32)))
@@ -359,11 +358,13 @@ def _ascii_frame(data: bytes | pa.Buffer, first_line_no: int) -> tuple[pl.DataFr
                          from_buffer(pa.string_view(), n, texts, block).alias("text")]), starts
 
 
-def _numbered(values: pl.Series, distinct: pl.Series) -> pl.Series:
-    """The position in ``distinct`` (each of ``values``' values once) of each of ``values``."""
-    numbers = distinct.alias("v").to_frame().with_row_index("i", 0)
-    return values.alias("v").to_frame().join(numbers, on="v", how="left", maintain_order="left",
-                                             nulls_equal=True)["i"].cast(pl.Int32)
+def dictionary(values: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """Each of ``values`` numbered (uint32: 0, 1, ... as distinct values first appear; NULL stays NULL),
+    and the distinct values in the order of their numbers: the codes of a dictionary of their own,
+    made in one pass over them (a value repeated on thousands of lines is then worked on once)."""
+    coded = values.cast(pl.String).cast(pl.Categorical(pl.Categories.random()))
+    distinct = coded.unique().drop_nulls()
+    return coded.to_physical(), distinct.cast(pl.String).gather(distinct.to_physical().arg_sort())
 
 
 def from_buffer(kind: pa.DataType, n: int, values: bytes, data: pa.Buffer | None = None) -> pl.Series:
