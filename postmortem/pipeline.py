@@ -12,11 +12,9 @@ the same way.
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import hashlib
 import logging
-import multiprocessing
 import os
 import secrets
 import threading
@@ -28,13 +26,14 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import __version__, calibration, catalog, engine, store, summary
+from . import __version__, calibration, catalog, engine, store, summary, workers
 from . import discover as discovery
 from . import parsers as parser_package
 from . import signatures as signature_package
 from .errors import PostmortemError
 from .parsers import FILE_PARSERS
 from .parsers.source import Source
+from .workers import PARALLEL_MIN_BATCHED, PARALLEL_MIN_BYTES, PARALLEL_MIN_FILES
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +135,6 @@ def _build(out: store.Batcher | _Collected, batch: list[tuple[dict, Source, obje
     return [_finish_row(row, source) for row, source, _ in batch]
 
 
-PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs more than it saves
-PARALLEL_MIN_FILES = 96  # ... unless this many files are parsed one by one: each costs ~30 ms of Polars work however small
-PARALLEL_MIN_BATCHED = 2000  # ... or this many are read to be built with others (~2 ms each)
 BUILD_FILES = 256  # files read and waiting to be built together, at most, per kind
 # ... and bytes: big files a parser builds with others (text logs under a chunk) are built a few
 # to a frame, whose fixed cost they share, as many as keep a worker's frame near one chunk's size
@@ -214,65 +210,6 @@ def _tasks(sources: list[Source]) -> list[list[Source]]:
     return sorted(tasks, key=lambda task: -sum(s.bytes for s in task))
 
 
-# What the parsing workers are started with, where the user has not set it: each worker parses
-# files of its own, so Polars' threads within one only contend with the other workers (~20% more
-# CPU). Freed memory stays with the worker for the next file, never returned to the kernel, which
-# would hand it back as fresh pages, each a fault: Polars' allocator (jemalloc) does not decay its
-# freed pages, and Python's (glibc's malloc) takes a 16 MB block of a log from its heap, not a
-# mapping of its own, and does not trim the heap. A worker's memory is then what its largest file
-# took, as at its peak before. (64 ranks of 16 MB, against Polars' own 0.5 s of decay: 1.1M -> 0.19M
-# page faults in the workers, 3.6 -> 1.6 s of system time; the same peak RSS.) NumPy, which pyarrow
-# imports, starts OpenBLAS's threads, which spin ~0.1 s of CPU before they sleep; a worker never
-# multiplies a matrix.
-WORKER_ENVIRONMENT = {"POLARS_MAX_THREADS": "1", "_RJEM_MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1",
-                      "MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(4 << 30),
-                      "OPENBLAS_NUM_THREADS": "1"}
-
-
-# What Polars itself puts in _RJEM_MALLOC_CONF at import where the user set nothing (polars/__init__.py:
-# its default, then the user's options after it), so in this process it is there before a pool starts:
-# a value of these is not the user's choice, and the workers' options go after it (jemalloc takes the last).
-_POLARS_JEMALLOC_DEFAULTS = ("dirty_decay_ms:500,muzzy_decay_ms:1000",
-                             "dirty_decay_ms:500,muzzy_decay_ms:1000,thp:always,metadata_thp:always")
-
-
-def _users_own(name: str) -> bool:
-    value = os.environ.get(name)
-    return value is not None and not (name == "_RJEM_MALLOC_CONF" and value in _POLARS_JEMALLOC_DEFAULTS)
-
-
-@contextlib.contextmanager
-def _worker_environment():
-    """Workers spawned inside see WORKER_ENVIRONMENT (only what the user has not set)."""
-    before = {name: os.environ.get(name) for name in WORKER_ENVIRONMENT if not _users_own(name)}
-    for name, value in before.items():
-        os.environ[name] = WORKER_ENVIRONMENT[name] if value is None else f"{value},{WORKER_ENVIRONMENT[name]}"
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def _worker_context() -> multiprocessing.context.BaseContext:
-    """How parsing workers start: forked from a server process that imported the parsers once
-    (multiprocessing's forkserver, preloaded), where the platform has one; else spawned. Never
-    forked from this process, whose Polars and DuckDB thread pools may be mid-use. A spawned worker
-    imports Polars, pyarrow, Hyperscan and the parsers itself, 0.3 s of CPU each (0.45 s from the
-    ``postmortem`` script, whose every import a spawned worker repeats); from the server, a worker
-    costs milliseconds, and the server stays for the process's next job. The server is started, and
-    keeps, the environment of the first pool (``_worker_environment``)."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    # ("__main__": what a worker imports first, the script that started this process, is imported once too)
-    context.set_forkserver_preload(["__main__", __name__])
-    return context
-
-
 class _Submitter(threading.Thread):
     """Hands ``queue``'s tasks (from its front) to ``pool``, each future into ``futures``, on a thread
     of its own; ``take_last`` takes one from the back instead, for the caller to parse."""
@@ -311,12 +248,13 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
     total_files, total_bytes = len(sources), sum(s.bytes for s in sources)
     done_files = done_bytes = 0
     rows = []
-    workers = min(os.cpu_count() or 1, len(sources))
+    processes = min(os.cpu_count() or 1, len(sources))
     # A file read on its own and built with others of its kind costs a fraction of one parsed alone.
     one_by_one = sum(1 for s in sources if not _batched(s))
     small_job = (total_bytes < PARALLEL_MIN_BYTES and one_by_one < PARALLEL_MIN_FILES
                  and len(sources) - one_by_one < PARALLEL_MIN_BATCHED)
-    if small_job or workers < 2:
+    context = None if small_job or processes < 2 else workers.worker_context()
+    if context is None:
         def before(source: Source) -> None:
             nonlocal done_files, done_bytes
             if progress:
@@ -328,7 +266,7 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
     # own (more would only contend with them: 828k rows, 2.1 -> 1.2 s of CPU).
     out.con.execute("SET threads = 1")
     try:
-        with _worker_environment(), ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context()) as pool:
+        with workers.worker_environment(), ProcessPoolExecutor(max_workers=processes, mp_context=context) as pool:
             queue = collections.deque(_tasks(sources))  # (largest first)
             futures: dict = {}
 

@@ -97,26 +97,6 @@ def test_parsing_across_processes_gives_what_parsing_in_one_gives(monkeypatch):
     assert [f["signature"] for f in parallel["findings"]] == [f["signature"] for f in serial["findings"]]
 
 
-def test_parsing_workers_get_one_polars_thread_unless_the_user_chose_otherwise(monkeypatch):
-    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
-    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:1")  # the user's own allocator setting
-    with pipeline._worker_environment():
-        assert os.environ["POLARS_MAX_THREADS"] == "1"
-        assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"
-    # what was added for the workers is gone again, what the user set is untouched
-    assert "POLARS_MAX_THREADS" not in os.environ
-    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"
-
-
-def test_parsing_workers_allocator_options_follow_the_defaults_polars_sets_for_itself(monkeypatch):
-    # importing Polars puts its own default in _RJEM_MALLOC_CONF where the user set nothing: not a choice to keep
-    monkeypatch.setenv("_RJEM_MALLOC_CONF", "dirty_decay_ms:500,muzzy_decay_ms:1000")
-    with pipeline._worker_environment():
-        assert os.environ["_RJEM_MALLOC_CONF"] == (
-            "dirty_decay_ms:500,muzzy_decay_ms:1000," + pipeline.WORKER_ENVIRONMENT["_RJEM_MALLOC_CONF"])
-    assert os.environ["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:500,muzzy_decay_ms:1000"
-
-
 def test_torchrun_local_rank_dirs_take_the_global_rank_their_logs_name(tmp_path):
     from .test_synth import synth
 

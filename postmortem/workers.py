@@ -1,0 +1,139 @@
+"""How the parsing workers start: their environment, their start method, and their server
+started early, while the command that will use it is still importing.
+
+Light on purpose (the standard library only): ``postmortem.entry`` imports it before Polars,
+DuckDB and the parsers, so that the workers' server imports those on one core while this
+process imports them on the other (``start_early``). ``pipeline`` decides whether a job is
+big enough for workers (``PARALLEL_MIN_*``) and runs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import sys
+from collections.abc import Iterator, Sequence
+
+PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs more than it saves
+PARALLEL_MIN_FILES = 96  # ... unless this many files are parsed one by one: each costs ~30 ms of Polars work however small
+PARALLEL_MIN_BATCHED = 2000  # ... or this many are read to be built with others (~2 ms each)
+
+# What the parsing workers are started with, where the user has not set it: each worker parses
+# files of its own, so Polars' threads within one only contend with the other workers (~20% more
+# CPU). Freed memory stays with the worker for the next file, never returned to the kernel, which
+# would hand it back as fresh pages, each a fault: Polars' allocator (jemalloc) does not decay its
+# freed pages, and Python's (glibc's malloc) takes a 16 MB block of a log from its heap, not a
+# mapping of its own, and does not trim the heap. A worker's memory is then what its largest file
+# took, as at its peak before. (64 ranks of 16 MB, against Polars' own 0.5 s of decay: 1.1M -> 0.19M
+# page faults in the workers, 3.6 -> 1.6 s of system time; the same peak RSS.) NumPy, which pyarrow
+# imports, starts OpenBLAS's threads, which spin ~0.1 s of CPU before they sleep; a worker never
+# multiplies a matrix.
+WORKER_ENVIRONMENT = {"POLARS_MAX_THREADS": "1", "_RJEM_MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1",
+                      "MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(4 << 30),
+                      "OPENBLAS_NUM_THREADS": "1"}
+
+# What Polars itself puts in _RJEM_MALLOC_CONF at import where the user set nothing (polars/__init__.py:
+# its default, then the user's options after it), so in this process it is there before a pool starts:
+# a value of these is not the user's choice, and the workers' options go after it (jemalloc takes the last).
+# (A server started before Polars is imported gets the workers' options alone, and Polars, imported
+# there, puts its default before them: the same.)
+_POLARS_JEMALLOC_DEFAULTS = ("dirty_decay_ms:500,muzzy_decay_ms:1000",
+                             "dirty_decay_ms:500,muzzy_decay_ms:1000,thp:always,metadata_thp:always")
+
+# What the workers' server imports once, for every worker it forks: the script that started this
+# process (what a worker imports first) and the module whose function a worker runs.
+_PRELOAD = ["__main__", "postmortem.pipeline"]
+
+
+def _users_own(name: str) -> bool:
+    value = os.environ.get(name)
+    return value is not None and not (name == "_RJEM_MALLOC_CONF" and value in _POLARS_JEMALLOC_DEFAULTS)
+
+
+@contextlib.contextmanager
+def worker_environment() -> Iterator[None]:
+    """Workers spawned inside see WORKER_ENVIRONMENT (only what the user has not set)."""
+    before = {name: os.environ.get(name) for name in WORKER_ENVIRONMENT if not _users_own(name)}
+    for name, value in before.items():
+        os.environ[name] = WORKER_ENVIRONMENT[name] if value is None else f"{value},{WORKER_ENVIRONMENT[name]}"
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _main_importable() -> bool:
+    """Whether a worker can import what started this process, as every worker started by a server
+    or spawned does first: not where it was read from standard input (``python - < script``), whose
+    ``__file__`` names no file (the worker would die, and the pool with it)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return getattr(main, "__spec__", None) is not None or path is None or os.path.isfile(path)
+
+
+def worker_context() -> multiprocessing.context.BaseContext | None:
+    """How parsing workers start: forked from a server process that imported the parsers once
+    (multiprocessing's forkserver, preloaded), where the platform has one; else spawned. Never
+    forked from this process, whose Polars and DuckDB thread pools may be mid-use. A spawned worker
+    imports Polars, pyarrow, Hyperscan and the parsers itself, 0.3 s of CPU each (0.45 s from the
+    ``postmortem`` script, whose every import a spawned worker repeats); from the server, a worker
+    costs milliseconds, and the server stays for the process's next job. The server is started, and
+    keeps, the environment of the first pool (``worker_environment``), or of ``start_early``.
+    None where no worker could start (``_main_importable``): the files are then parsed here."""
+    if not _main_importable():
+        return None
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_PRELOAD)
+    return context
+
+
+def _holds_at_least(directory: str, size: int, max_entries: int = 100_000) -> bool:
+    """Whether the files under ``directory`` (links not followed) hold ``size`` bytes or more; a
+    tree of more than ``max_entries`` entries is taken to (it is not walked to its end)."""
+    total = seen = 0
+    pending = [directory]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > max_entries:
+                        return True
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+                        if total >= size:
+                            return True
+        except OSError:  # (unreadable: discovery says so, in its own words)
+            continue
+    return False
+
+
+def start_early(argv: Sequence[str]) -> bool:
+    """For ``postmortem analyze`` of a directory big enough for parsing workers: their server is
+    started now, before this process imports Polars, DuckDB and the parsers, so that it imports them
+    on another core meanwhile (on 2 cores, 64 ranks of 16 MB: the server's 0.35 s of imports were on
+    the critical path, after this process's own). Whether a directory on the command line is that big
+    is a guess from its bytes (``pipeline`` decides from what discovery finds): a wrong one costs the
+    server's start alone, or leaves it to start as before. True where it was started."""
+    if len(argv) < 2 or argv[0] != "analyze" or (os.cpu_count() or 1) < 2:
+        return False
+    if not any(os.path.isdir(arg) and _holds_at_least(arg, PARALLEL_MIN_BYTES)
+               for arg in argv[1:] if not arg.startswith("-")):
+        return False
+    context = worker_context()
+    if context is None or context.get_start_method() != "forkserver":
+        return False
+    from multiprocessing import forkserver
+
+    with worker_environment():
+        forkserver.ensure_running()
+    return True

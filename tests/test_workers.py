@@ -1,0 +1,111 @@
+"""Starting the parsing workers: their server started early for `postmortem analyze` of a big
+directory (before the command imports Polars and the parsers, so that both import at once), and
+parsing in the process itself where no worker could start (a script read from standard input)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from multiprocessing import forkserver
+
+from postmortem import api, workers
+
+from .conftest import sample_dir
+
+
+def test_a_directory_is_big_enough_by_the_bytes_of_its_files_links_not_followed(tmp_path):
+    job = tmp_path / "job"
+    (job / "node0").mkdir(parents=True)
+    (job / "node0" / "stderr.log").write_bytes(b"x" * 600)
+    (job / "console.log").write_bytes(b"y" * 400)
+    outside = tmp_path / "elsewhere.log"
+    outside.write_bytes(b"z" * 5000)
+    (job / "link.log").symlink_to(outside)
+    (job / "linked_dir").symlink_to(tmp_path)
+    assert workers._holds_at_least(str(job), 1000)
+    assert not workers._holds_at_least(str(job), 1001)
+
+
+def test_only_analyze_of_a_directory_that_big_starts_the_server_early(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(forkserver, "ensure_running", lambda: started.append(os.environ["POLARS_MAX_THREADS"]))
+    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    monkeypatch.setattr(workers, "PARALLEL_MIN_BYTES", 1000)
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.mkdir()
+    big.mkdir()
+    (small / "stderr.log").write_bytes(b"x" * 999)
+    (big / "stderr.log").write_bytes(b"x" * 1000)
+    history = tmp_path / "history.duckdb"
+    history.write_bytes(b"x" * 5000)
+    assert not workers.start_early([])
+    assert not workers.start_early(["history", str(big)])
+    assert not workers.start_early(["analyze", str(small)])
+    assert not workers.start_early(["analyze", "--db", str(history), str(small)])
+    assert not started
+    # the job is the directory, wherever it stands among the options
+    assert workers.start_early(["analyze", "--db", str(history), str(big), "--format", "json"])
+    assert started == [workers.WORKER_ENVIRONMENT["POLARS_MAX_THREADS"]]  # started with the workers' settings
+    assert "POLARS_MAX_THREADS" not in os.environ  # and this process's own left as they were
+
+
+def test_parsing_workers_get_one_polars_thread_unless_the_user_chose_otherwise(monkeypatch):
+    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:1")  # the user's own allocator setting
+    with workers.worker_environment():
+        assert os.environ["POLARS_MAX_THREADS"] == "1"
+        assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"
+    # what was added for the workers is gone again, what the user set is untouched
+    assert "POLARS_MAX_THREADS" not in os.environ
+    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:1"
+
+
+def test_parsing_workers_allocator_options_follow_the_defaults_polars_sets_for_itself(monkeypatch):
+    # importing Polars puts its own default in _RJEM_MALLOC_CONF where the user set nothing: not a choice to keep
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "dirty_decay_ms:500,muzzy_decay_ms:1000")
+    with workers.worker_environment():
+        assert os.environ["_RJEM_MALLOC_CONF"] == (
+            "dirty_decay_ms:500,muzzy_decay_ms:1000," + workers.WORKER_ENVIRONMENT["_RJEM_MALLOC_CONF"])
+    assert os.environ["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:500,muzzy_decay_ms:1000"
+
+
+_PARALLEL = "from postmortem import pipeline\npipeline.PARALLEL_MIN_BYTES = 0  # the big-job path, on a small job\n"
+
+
+def _verdict(report: dict) -> tuple:
+    return report["verdict"], [f["signature"] for f in report["findings"]]
+
+
+def test_a_server_started_early_serves_the_workers_with_their_settings_and_the_report_is_the_same():
+    job = sample_dir("hang_dataloader")
+    code = _PARALLEL + (
+        "import json, os, sys\nfrom concurrent.futures import ProcessPoolExecutor\nfrom multiprocessing import forkserver\n"
+        "from postmortem import api, workers\n"
+        "workers.PARALLEL_MIN_BYTES = 0\n"
+        "assert workers.start_early(['analyze', sys.argv[1]])\n"
+        "server = forkserver._forkserver._forkserver_pid\n"
+        # (a pool opened outside worker_environment: what its worker sees is the server's)
+        "with ProcessPoolExecutor(1, mp_context=workers.worker_context()) as pool:\n"
+        "    assert pool.submit(os.getenv, 'POLARS_MAX_THREADS').result() == '1'\n"
+        "report = api.analyze(sys.argv[1], keep=False)\n"
+        "assert forkserver._forkserver._forkserver_pid == server, 'a second server was started'\n"
+        "print(json.dumps([report['verdict'], [f['signature'] for f in report['findings']]]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(job)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert tuple(json.loads(out.stdout)) == _verdict(api.analyze(job, keep=False))
+
+
+def test_a_script_read_from_standard_input_parses_a_big_job_in_its_own_process(tmp_path):
+    # (a worker imports the script that started its parent first: one read from stdin names no file)
+    job = sample_dir("hang_dataloader")
+    code = _PARALLEL + (
+        "import json\nfrom postmortem import api\n"
+        f"report = api.analyze({str(job)!r}, keep=False)\n"
+        "print(json.dumps([report['verdict'], [f['signature'] for f in report['findings']]]))\n"
+    )
+    out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert tuple(json.loads(out.stdout)) == _verdict(api.analyze(job, keep=False))
