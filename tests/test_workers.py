@@ -109,3 +109,36 @@ def test_a_script_read_from_standard_input_parses_a_big_job_in_its_own_process(t
     out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr
     assert tuple(json.loads(out.stdout)) == _verdict(api.analyze(job, keep=False))
+
+
+def _threads_cores() -> tuple[int, list[str]]:
+    """(In a worker) the worker's pid, and the cores each of its threads may run on, after Polars has
+    worked on a frame (its pool's threads are started then)."""
+    import time
+
+    import polars as pl
+
+    time.sleep(0.05)
+    pl.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]}).filter(pl.Series([True, False, True])).join(
+        pl.DataFrame({"b": ["x"]}), on="b")
+    allowed = []
+    for status in sorted(os.listdir("/proc/self/task")):
+        with open(f"/proc/self/task/{status}/status") as f:
+            allowed += [line.split()[1] for line in f if line.startswith("Cpus_allowed_list")]
+    return os.getpid(), allowed
+
+
+def test_each_worker_and_its_threads_are_bound_to_one_core_of_those_allowed_the_next_for_the_next():
+    mine = os.sched_getaffinity(0)
+    context = workers.worker_context()
+    with workers.pool(2, context) as pool:
+        # (tasks enough, each long enough, that both workers take some)
+        seen = dict(f.result() for f in [pool.submit(_threads_cores) for _ in range(16)])
+    assert len(seen) == 2
+    cores = set()
+    for allowed in seen.values():
+        assert len(set(allowed)) == 1 and allowed[0].isdigit(), allowed  # every thread: one core, the same
+        cores.add(int(allowed[0]))
+    assert cores <= mine
+    assert len(cores) == min(2, len(mine))  # a core each, where there are two
+    assert os.sched_getaffinity(0) == mine  # this process is not bound
