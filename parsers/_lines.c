@@ -224,6 +224,67 @@ done:
     return result;
 }
 
+/* row_views(block, starts, rows, max_chars) -> bytes: the whole text of each line of ``rows``
+ * (uint32 line numbers, from 0), at most ``max_chars`` bytes of it, as Arrow string views into the
+ * block: the few lines that start with no common tag, whose prefixes a regex takes off. */
+static PyObject *row_views(PyObject *self, PyObject *args) {
+    Py_buffer block, starts_view, rows_view;
+    PyObject *starts_obj, *rows_obj;
+    Py_ssize_t max_chars;
+    if (!PyArg_ParseTuple(args, "y*OOn", &block, &starts_obj, &rows_obj, &max_chars))
+        return NULL;
+    if (int64_buffer(starts_obj, &starts_view, "starts") < 0) {
+        PyBuffer_Release(&block);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(rows_obj, &rows_view, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&starts_view);
+        PyBuffer_Release(&block);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const uint8_t *data = block.buf;
+    int64_t size = block.len;
+    const int64_t *starts = starts_view.buf;
+    const uint32_t *rows = rows_view.buf;
+    Py_ssize_t n = starts_view.len / 8, m = rows_view.len / 4;
+    if (rows_view.len % 4 || size > INT32_MAX || max_chars < 0) {
+        PyErr_SetString(PyExc_ValueError, "row_views: uint32 rows, a block under 2 GiB");
+        goto done;
+    }
+    PyObject *views = PyBytes_FromStringAndSize(NULL, m * 16);
+    if (!views)
+        goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(views);
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < m; j++) {
+        Py_ssize_t i = rows[j];
+        if (i >= n) {
+            bad = 1;
+            break;
+        }
+        int64_t at = starts[i], end = line_end(starts, n, i, size);
+        if (at < 0 || end > size || at > end) {
+            bad = 1;
+            break;
+        }
+        string_view(out + 16 * j, data, at, end - at > max_chars ? max_chars : end - at);
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        Py_DECREF(views);
+        PyErr_SetString(PyExc_ValueError, "row_views: a row or line outside the block");
+        goto done;
+    }
+    result = views;
+done:
+    PyBuffer_Release(&rows_view);
+    PyBuffer_Release(&starts_view);
+    PyBuffer_Release(&block);
+    return result;
+}
+
 /* ---- log headers (parsers/textlog.py: HeaderRuns and with_headers, of which this is the byte work) ---- */
 
 static inline int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
@@ -741,6 +802,7 @@ static PyMethodDef methods[] = {
     {"line_starts", line_starts, METH_VARARGS, "line_starts(block) -> int64 offsets of the lines' starts"},
     {"tag_indices", tag_indices, METH_VARARGS, "tag_indices(block, starts, tags) -> int32 tag index a line, len(tags) for none"},
     {"line_views", line_views, METH_VARARGS, "line_views(block, starts, prefix_lengths, max_chars) -> (texts, prefixes)"},
+    {"row_views", row_views, METH_VARARGS, "row_views(block, starts, rows, max_chars) -> views of those lines"},
     {"glog_headers", glog_headers, METH_VARARGS, "glog_headers(views, data, year) -> the header fields of each line"},
     {NULL, NULL, 0, NULL},
 };

@@ -240,9 +240,12 @@ def split_block(data: bytes, first_line_no: int, found: scan.Found | None,
     numbers = _line_numbers(starts, data, first_line_no, list(at))
     if found is None or found.ends is None:
         return frame, None, numbers
-    # a match's last byte (end - 1) lies in the line it is on
-    hits = {name: _line_numbers(starts, data, first_line_no, [end - 1 for end in ends]).unique()
-            for name, ends in found.ends.items()}
+    # a match's last byte (end - 1) lies in the line it is on (every trigger's looked up at once)
+    lines = _line_numbers(starts, data, first_line_no, [end - 1 for ends in found.ends.values() for end in ends])
+    hits, at = {}, 0
+    for name, ends in found.ends.items():
+        hits[name] = lines.slice(at, len(ends)).unique()
+        at += len(ends)
     return frame, hits, numbers
 
 
@@ -316,6 +319,28 @@ def _prefix_field_exprs() -> tuple[pl.Expr, pl.Expr]:
     return pl.coalesce(n2, n1, n0, m0, s0).alias("rank"), (first_word.is_not_null() & (first_word != "rank")).alias("tee")
 
 
+# What each prefix a process has met says (rank, tee): a worker's files share a handful ("[rank3]:", "").
+_PREFIX_FIELDS: dict[str, tuple[int | None, bool | None]] = {}
+_PREFIX_FIELDS_MAX = 4096
+
+
+def _prefix_fields(prefixes: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """The ``rank`` and ``tee`` flag each of ``prefixes`` (a frame's distinct ones) says
+    (``_prefix_field_exprs``), each prefix taken apart once a process: the regex's Polars call on a
+    frame of a few rows costs ~1 ms a frame, most of it planning and compiling."""
+    names = prefixes.to_list()
+    known = {p: _PREFIX_FIELDS.get(p) for p in names}
+    new = [p for p, fields in known.items() if fields is None]
+    if new:
+        found = dict(zip(new, pl.Series("prefix", new, dtype=pl.String).to_frame().select(*_prefix_field_exprs()).rows()))
+        known.update(found)
+        if len(_PREFIX_FIELDS) + len(found) > _PREFIX_FIELDS_MAX:
+            _PREFIX_FIELDS.clear()
+        _PREFIX_FIELDS.update(found)
+    return (pl.Series("rank", [known[p][0] for p in names], dtype=pl.Int32),
+            pl.Series("tee", [known[p][1] for p in names], dtype=pl.Boolean))
+
+
 def _with_prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` (lines with their ``prefix``) with the ``rank`` and ``tee`` flag their prefixes say.
     Lines come in runs of one prefix (a rank's own file holds one): its fields are found once a run."""
@@ -344,13 +369,14 @@ def _ascii_frame(data: bytes | pa.Buffer, first_line_no: int) -> tuple[pl.DataFr
     prefixes = pl.Series(tags, dtype=pl.String)
     rest = (number == len(tags)).arg_true()
     if rest.len():
-        whole, _ = _split_c.line_views(block, starts_buf, bytes(4 * n), MAX_LINE_CHARS + (1 << 30))
-        _, rest_prefix = _regex_cut(from_buffer(pa.string_view(), n, whole, block).gather(rest), True)
+        # (whole lines, their prefixes cut by the regex: no cut short of one, however long the line)
+        whole = _split_c.row_views(block, starts_buf, values_of(rest.cast(pl.UInt32)), MAX_LINE_CHARS + (1 << 30))
+        _, rest_prefix = _regex_cut(from_buffer(pa.string_view(), rest.len(), whole, block), True)
         codes, distinct = dictionary(rest_prefix)
         prefixes = prefixes.append(distinct)
         number = number.scatter(rest, (codes + len(tags)).cast(pl.Int32))
     # what each prefix says, and how long it is, found once a prefix
-    rank, tee = prefixes.alias("prefix").to_frame().select(*_prefix_field_exprs()).get_columns()
+    rank, tee = _prefix_fields(prefixes)
     rank, tee, cut = (c.gather(number) for c in (rank, tee, prefixes.str.len_bytes().cast(pl.Int32)))
     texts, _ = _split_c.line_views(block, starts_buf, values_of(cut), MAX_LINE_CHARS)
     return pl.DataFrame([pl.int_range(first_line_no, first_line_no + n, dtype=pl.Int64, eager=True).alias("line_no"),
