@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import random
 import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -104,9 +105,12 @@ def usable_cores() -> int:
 
 
 def pool(processes: int, context: multiprocessing.context.BaseContext) -> ProcessPoolExecutor:
-    """A pool of ``processes`` parsing workers started by ``context``, each bound to a core (``pin_to_a_core``)."""
+    """A pool of ``processes`` parsing workers started by ``context``, each bound to a core
+    (``pin_to_a_core``), the first to a core drawn at random: two analyses at once on a machine of
+    many cores (a scheduler's epilogs) then seldom bind their workers to the same few."""
+    first = random.randrange(usable_cores())
     return ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=pin_to_a_core,
-                               initargs=(context.Value("i", 0),))
+                               initargs=(context.Value("i", first),))
 
 
 def pin_to_a_core(counter) -> None:
