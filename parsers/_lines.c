@@ -162,24 +162,32 @@ fail:
     return NULL;
 }
 
+/* The arguments of line_views and row_views: a block, its lines' starts, a buffer of a value a line
+ * (or of rows), and a length in bytes; -1 with the error set, else 0 and the buffers held. */
+static int views_args(PyObject *args, Py_buffer *block, Py_buffer *starts, Py_buffer *other, Py_ssize_t *max_chars) {
+    PyObject *starts_obj, *other_obj;
+    if (!PyArg_ParseTuple(args, "y*OOn", block, &starts_obj, &other_obj, max_chars))
+        return -1;
+    if (int64_buffer(starts_obj, starts, "starts") < 0) {
+        PyBuffer_Release(block);
+        return -1;
+    }
+    if (PyObject_GetBuffer(other_obj, other, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(starts);
+        PyBuffer_Release(block);
+        return -1;
+    }
+    return 0;
+}
+
 /* line_views(block, starts, prefix_lengths, max_chars) -> (texts, prefixes): each line's text
  * (after its prefix, at most max_chars bytes) and its prefix as Arrow string views (16 bytes
  * each) into the block. */
 static PyObject *line_views(PyObject *self, PyObject *args) {
     Py_buffer block, starts_view, lengths_view;
-    PyObject *starts_obj, *lengths_obj;
     Py_ssize_t max_chars;
-    if (!PyArg_ParseTuple(args, "y*OOn", &block, &starts_obj, &lengths_obj, &max_chars))
+    if (views_args(args, &block, &starts_view, &lengths_view, &max_chars) < 0)
         return NULL;
-    if (int64_buffer(starts_obj, &starts_view, "starts") < 0) {
-        PyBuffer_Release(&block);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(lengths_obj, &lengths_view, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&starts_view);
-        PyBuffer_Release(&block);
-        return NULL;
-    }
     PyObject *result = NULL;
     const uint8_t *data = block.buf;
     int64_t size = block.len;
@@ -229,19 +237,9 @@ done:
  * block: the few lines that start with no common tag, whose prefixes a regex takes off. */
 static PyObject *row_views(PyObject *self, PyObject *args) {
     Py_buffer block, starts_view, rows_view;
-    PyObject *starts_obj, *rows_obj;
     Py_ssize_t max_chars;
-    if (!PyArg_ParseTuple(args, "y*OOn", &block, &starts_obj, &rows_obj, &max_chars))
+    if (views_args(args, &block, &starts_view, &rows_view, &max_chars) < 0)
         return NULL;
-    if (int64_buffer(starts_obj, &starts_view, "starts") < 0) {
-        PyBuffer_Release(&block);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(rows_obj, &rows_view, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&starts_view);
-        PyBuffer_Release(&block);
-        return NULL;
-    }
     PyObject *result = NULL;
     const uint8_t *data = block.buf;
     int64_t size = block.len;

@@ -159,7 +159,9 @@ def start_early(argv: Sequence[str]) -> bool:
     on another core meanwhile (on 2 cores, 64 ranks of 16 MB: the server's 0.35 s of imports were on
     the critical path, after this process's own). Whether a directory on the command line is that big
     is a guess from its bytes (``pipeline`` decides from what discovery finds): a wrong one costs the
-    server's start alone, or leaves it to start as before. True where it was started."""
+    server's start alone (its imports, 0.35-0.5 s of CPU on another core: so does a directory whose
+    run is in the history already, shown without parsing), or leaves it to start as before. True
+    where it was started."""
     if len(argv) < 2 or argv[0] != "analyze" or usable_cores() < 2:
         return False
     if not any(os.path.isdir(arg) and _holds_at_least(arg, PARALLEL_MIN_BYTES)
