@@ -123,11 +123,14 @@ def pin_to_a_core(counter) -> None:
     cores, ~100 us of CPU on a VM; on one core, ~25 us (a frame's filter, here: 115 -> 27 us)."""
     if not hasattr(os, "sched_setaffinity"):
         return
-    cores = sorted(os.sched_getaffinity(0))
     with counter.get_lock():
         index = counter.value
         counter.value += 1
-    os.sched_setaffinity(0, {cores[index % len(cores)]})
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[index % len(cores)]})
+    except OSError:  # (a core taken away meanwhile, a sandbox that forbids it: unbound, as before)
+        pass
 
 
 def _holds_at_least(directory: str, size: int, max_entries: int = 100_000) -> bool:

@@ -5,6 +5,7 @@ parsing in the process itself where no worker could start (a script read from st
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -142,3 +143,14 @@ def test_each_worker_and_its_threads_are_bound_to_one_core_of_those_allowed_the_
     assert cores <= mine
     assert len(cores) == min(2, len(mine))  # a core each, where there are two
     assert os.sched_getaffinity(0) == mine  # this process is not bound
+
+
+def test_a_worker_that_cannot_be_bound_to_a_core_parses_unbound(monkeypatch):
+    # (an initializer that raises kills its worker, and the pool with it: the whole analysis)
+    def refuse(pid, cores):
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    counter = multiprocessing.Value("i", 0)
+    workers.pin_to_a_core(counter)
+    assert counter.value == 1  # the next worker still takes the next core
