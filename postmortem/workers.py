@@ -175,6 +175,9 @@ def start_early(argv: Sequence[str]) -> bool:
         return False
     from multiprocessing import forkserver
 
-    with worker_environment():
-        forkserver.ensure_running()
+    try:
+        with worker_environment():
+            forkserver.ensure_running()
+    except Exception:  # (only a head start: where the server cannot start now, the pipeline starts it, or says why)
+        return False
     return True

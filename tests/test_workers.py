@@ -154,3 +154,13 @@ def test_a_worker_that_cannot_be_bound_to_a_core_parses_unbound(monkeypatch):
     counter = multiprocessing.Value("i", 0)
     workers.pin_to_a_core(counter)
     assert counter.value == 1  # the next worker still takes the next core
+
+
+def test_a_server_that_cannot_start_early_leaves_the_command_to_go_on(tmp_path, monkeypatch):
+    def refuse():
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(forkserver, "ensure_running", refuse)
+    monkeypatch.setattr(workers, "PARALLEL_MIN_BYTES", 1000)
+    (tmp_path / "stderr.log").write_bytes(b"x" * 1000)
+    assert not workers.start_early(["analyze", str(tmp_path)])
