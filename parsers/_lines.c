@@ -163,38 +163,56 @@ fail:
 }
 
 /* The arguments of line_views and row_views: a block, its lines' starts, a buffer of a value a line
- * (or of rows), and a length in bytes; -1 with the error set, else 0 and the buffers held. */
-static int views_args(PyObject *args, Py_buffer *block, Py_buffer *starts, Py_buffer *other, Py_ssize_t *max_chars) {
+ * (line_views: an int32 prefix length) or of rows (row_views: uint32 line numbers), and a length. */
+struct views_args {
+    Py_buffer block, starts, other;
+    Py_ssize_t max_chars, n;  /* (n: the block's lines, as many as starts) */
+    const uint8_t *data;      /* the block's bytes, and their number */
+    int64_t size;
+    const int64_t *line_starts;
+};
+
+/* -1 with the error set, else 0 and the buffers held (views_release lets them go). */
+static int views_parse(PyObject *args, struct views_args *a) {
     PyObject *starts_obj, *other_obj;
-    if (!PyArg_ParseTuple(args, "y*OOn", block, &starts_obj, &other_obj, max_chars))
+    if (!PyArg_ParseTuple(args, "y*OOn", &a->block, &starts_obj, &other_obj, &a->max_chars))
         return -1;
-    if (int64_buffer(starts_obj, starts, "starts") < 0) {
-        PyBuffer_Release(block);
-        return -1;
-    }
-    if (PyObject_GetBuffer(other_obj, other, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(starts);
-        PyBuffer_Release(block);
+    if (int64_buffer(starts_obj, &a->starts, "starts") < 0) {
+        PyBuffer_Release(&a->block);
         return -1;
     }
+    if (PyObject_GetBuffer(other_obj, &a->other, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&a->starts);
+        PyBuffer_Release(&a->block);
+        return -1;
+    }
+    a->data = a->block.buf;
+    a->size = a->block.len;
+    a->line_starts = a->starts.buf;
+    a->n = a->starts.len / 8;
     return 0;
+}
+
+static void views_release(struct views_args *a) {
+    PyBuffer_Release(&a->other);
+    PyBuffer_Release(&a->starts);
+    PyBuffer_Release(&a->block);
 }
 
 /* line_views(block, starts, prefix_lengths, max_chars) -> (texts, prefixes): each line's text
  * (after its prefix, at most max_chars bytes) and its prefix as Arrow string views (16 bytes
  * each) into the block. */
 static PyObject *line_views(PyObject *self, PyObject *args) {
-    Py_buffer block, starts_view, lengths_view;
-    Py_ssize_t max_chars;
-    if (views_args(args, &block, &starts_view, &lengths_view, &max_chars) < 0)
+    struct views_args a;
+    if (views_parse(args, &a) < 0)
         return NULL;
     PyObject *result = NULL;
-    const uint8_t *data = block.buf;
-    int64_t size = block.len;
-    const int64_t *starts = starts_view.buf;
-    const int32_t *prefix = lengths_view.buf;
-    Py_ssize_t n = starts_view.len / 8;
-    if (lengths_view.len != n * 4 || size > INT32_MAX) {
+    const uint8_t *data = a.data;
+    int64_t size = a.size, max_chars = a.max_chars;
+    const int64_t *starts = a.line_starts;
+    const int32_t *prefix = a.other.buf;
+    Py_ssize_t n = a.n;
+    if (a.other.len != n * 4 || size > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "line_views: one int32 prefix length a line, a block under 2 GiB");
         goto done;
     }
@@ -226,9 +244,7 @@ static PyObject *line_views(PyObject *self, PyObject *args) {
     }
     result = Py_BuildValue("(NN)", texts, prefixes);
 done:
-    PyBuffer_Release(&lengths_view);
-    PyBuffer_Release(&starts_view);
-    PyBuffer_Release(&block);
+    views_release(&a);
     return result;
 }
 
@@ -236,17 +252,13 @@ done:
  * (uint32 line numbers, from 0), at most ``max_chars`` bytes of it, as Arrow string views into the
  * block: the few lines that start with no common tag, whose prefixes a regex takes off. */
 static PyObject *row_views(PyObject *self, PyObject *args) {
-    Py_buffer block, starts_view, rows_view;
-    Py_ssize_t max_chars;
-    if (views_args(args, &block, &starts_view, &rows_view, &max_chars) < 0)
+    struct views_args a;
+    if (views_parse(args, &a) < 0)
         return NULL;
     PyObject *result = NULL;
-    const uint8_t *data = block.buf;
-    int64_t size = block.len;
-    const int64_t *starts = starts_view.buf;
-    const uint32_t *rows = rows_view.buf;
-    Py_ssize_t n = starts_view.len / 8, m = rows_view.len / 4;
-    if (rows_view.len % 4 || size > INT32_MAX || max_chars < 0) {
+    const uint32_t *rows = a.other.buf;
+    Py_ssize_t m = a.other.len / 4;
+    if (a.other.len % 4 || a.size > INT32_MAX || a.max_chars < 0) {
         PyErr_SetString(PyExc_ValueError, "row_views: uint32 rows, a block under 2 GiB");
         goto done;
     }
@@ -258,16 +270,16 @@ static PyObject *row_views(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t j = 0; j < m; j++) {
         Py_ssize_t i = rows[j];
-        if (i >= n) {
+        if (i >= a.n) {
             bad = 1;
             break;
         }
-        int64_t at = starts[i], end = line_end(starts, n, i, size);
-        if (at < 0 || end > size || at > end) {
+        int64_t at = a.line_starts[i], end = line_end(a.line_starts, a.n, i, a.size);
+        if (at < 0 || end > a.size || at > end) {
             bad = 1;
             break;
         }
-        string_view(out + 16 * j, data, at, end - at > max_chars ? max_chars : end - at);
+        string_view(out + 16 * j, a.data, at, end - at > a.max_chars ? a.max_chars : end - at);
     }
     Py_END_ALLOW_THREADS
     if (bad) {
@@ -277,9 +289,7 @@ static PyObject *row_views(PyObject *self, PyObject *args) {
     }
     result = views;
 done:
-    PyBuffer_Release(&rows_view);
-    PyBuffer_Release(&starts_view);
-    PyBuffer_Release(&block);
+    views_release(&a);
     return result;
 }
 

@@ -343,11 +343,14 @@ def _prefix_fields(prefixes: pl.Series) -> tuple[pl.Series, pl.Series]:
 
 def _with_prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` (lines with their ``prefix``) with the ``rank`` and ``tee`` flag their prefixes say.
-    Lines come in runs of one prefix (a rank's own file holds one): its fields are found once a run."""
-    prefix = df["prefix"]
+    Lines come in runs of one prefix (a rank's own file holds one): each run's prefix is numbered
+    (``dictionary``), and what it says found once a distinct prefix (``_prefix_fields``)."""
+    # (no line has a NULL prefix; one would say what "" says: no rank, no tee)
+    prefix = df["prefix"].fill_null("")
     first = prefix.ne_missing(prefix.shift(1))
-    fields = per_distinct(df.select("prefix").filter(first), "prefix", *_prefix_field_exprs())
-    return df.with_columns(fields.select(pl.col("rank", "tee").gather(first.cum_sum() - 1)).get_columns())
+    codes, distinct = dictionary(prefix.filter(first))
+    number = codes.gather(first.cum_sum() - 1)
+    return df.with_columns(*(c.gather(number) for c in _prefix_fields(distinct)))
 
 
 def _ascii_frame(data: bytes | pa.Buffer, first_line_no: int) -> tuple[pl.DataFrame, pl.Series]:
