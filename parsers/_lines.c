@@ -1,8 +1,9 @@
-/* The byte work of reading text logs, one pass over the bytes for each step, where Polars would
- * take a pass over every line for each of a dozen string operations:
- *   - splitting an ASCII block into lines (parsers/lines.py): where each line starts, which of
- *     the common rank tags starts it, each line's text and prefix as Arrow string views into
- *     the block (not copies of it);
+/* The byte work of reading text logs, a pass over the bytes or the lines for each step, where
+ * Polars would take a pass over every line for each of a dozen string operations:
+ *   - splitting an ASCII block into lines (parsers/lines.py): where each line starts (64 bytes at
+ *     a time, the ASCII test in the same pass), which of the common rank tags starts it, each
+ *     line's text as an Arrow string view into the block (not a copy of it), written into Arrow
+ *     memory the column then stands on;
  *   - taking each line's glog / c10 header apart (parsers/textlog.py): its run of lines of one
  *     header, level, time, where its source lies, and its message (views again).
  *
@@ -71,57 +72,152 @@ static int int64_buffer(PyObject *obj, Py_buffer *view, const char *what) {
     return 0;
 }
 
-/* line_starts(block) -> bytes: the offset (int64) where each line starts; a final newline ends the
- * last line but one, and an empty last line follows it (as str.split("\n") has it). */
-static PyObject *line_starts(PyObject *self, PyObject *args) {
+/* Where each line of an ASCII block starts, found 64 bytes at a time: a mask of the chunk's newlines
+ * (a bit a byte), whose set bits are the lines' ends, and the OR of its bytes, whose top bit says
+ * whether one is not ASCII. One pass over the block, where a count of its lines, their starts and
+ * the ASCII test were three. Returns the number of starts (in *out, PyMem memory, the caller's to
+ * free), -1 where a byte is not ASCII, -2 out of memory. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+static inline uint64_t newline_mask(const uint8_t *p, uint8_t *high) {
+    const __m128i nl = _mm_set1_epi8('\n');
+    __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(p + 32)), d = _mm_loadu_si128((const __m128i *)(p + 48));
+    *high |= (uint8_t)(_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d))) != 0);
+    return (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(a, nl))
+           | (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(b, nl)) << 16
+           | (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(c, nl)) << 32
+           | (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(d, nl)) << 48;
+}
+#else
+static inline uint64_t newline_mask(const uint8_t *p, uint8_t *high) {
+    uint64_t mask = 0;
+    uint8_t any = 0;
+    for (int j = 0; j < 64; j++) {
+        any |= p[j];
+        mask |= (uint64_t)(p[j] == '\n') << j;
+    }
+    *high |= any >> 7;
+    return mask;
+}
+#endif
+
+static Py_ssize_t ascii_starts(const uint8_t *data, int64_t size, int64_t **out) {
+    Py_ssize_t n = 0, capacity = size / 64 + 64;
+    int64_t *starts = PyMem_RawMalloc((size_t)capacity * 8);
+    if (!starts)
+        return -2;
+    starts[n++] = 0;
+    uint8_t high = 0;
+    int64_t at = 0;
+    for (; at + 64 <= size; at += 64) {
+        if (n + 64 > capacity) {  /* (a chunk ends 64 lines at most) */
+            capacity *= 2;
+            int64_t *more = PyMem_RawRealloc(starts, (size_t)capacity * 8);
+            if (!more) {
+                PyMem_RawFree(starts);
+                return -2;
+            }
+            starts = more;
+        }
+        for (uint64_t mask = newline_mask(data + at, &high); mask; mask &= mask - 1)
+            starts[n++] = at + __builtin_ctzll(mask) + 1;
+        if (high) {
+            PyMem_RawFree(starts);
+            return -1;
+        }
+    }
+    if (n + 64 > capacity) {
+        int64_t *more = PyMem_RawRealloc(starts, (size_t)(n + 64) * 8);
+        if (!more) {
+            PyMem_RawFree(starts);
+            return -2;
+        }
+        starts = more;
+    }
+    for (; at < size; at++) {
+        if (data[at] & 0x80) {
+            PyMem_RawFree(starts);
+            return -1;
+        }
+        if (data[at] == '\n')
+            starts[n++] = at + 1;
+    }
+    *out = starts;
+    return n;
+}
+
+/* ascii_line_starts(block) -> bytes or None: the offset (int64) where each line starts (a final
+ * newline ends the last line but one, and an empty last line follows it, as str.split("\n") has
+ * it); None where a byte of the block is not ASCII. */
+static PyObject *ascii_line_starts(PyObject *self, PyObject *args) {
     Py_buffer block;
     if (!PyArg_ParseTuple(args, "y*", &block))
         return NULL;
-    const uint8_t *data = block.buf;
-    int64_t size = block.len;
-    Py_ssize_t n = 1;
-    for (const uint8_t *p = data; (p = memchr(p, '\n', (size_t)(data + size - p))) != NULL; p++)
-        n++;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8);
-    if (out) {
-        int64_t *starts = (int64_t *)PyBytes_AS_STRING(out);
-        starts[0] = 0;
-        Py_ssize_t i = 1;
-        Py_BEGIN_ALLOW_THREADS
-        for (const uint8_t *p = data; (p = memchr(p, '\n', (size_t)(data + size - p))) != NULL; p++)
-            starts[i++] = p + 1 - data;
-        Py_END_ALLOW_THREADS
-    }
+    int64_t *starts = NULL;
+    Py_ssize_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = ascii_starts(block.buf, block.len, &starts);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&block);
+    if (n == -2)
+        return PyErr_NoMemory();
+    if (n == -1)
+        Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize((const char *)starts, n * 8);
+    PyMem_RawFree(starts);
     return out;
 }
 
-/* tag_indices(block, starts, tags) -> bytes: for each line, the index (int32) in ``tags`` (a tuple
- * of bytes, each one rank tag or two) of the first it starts with, or len(tags) for none. A tag
- * of one followed by a whole second tag does not count (lines._starting_with: the prefix regex
- * would take both off). */
-static PyObject *tag_indices(PyObject *self, PyObject *args) {
-    Py_buffer block, starts_view;
-    PyObject *starts_obj, *tags;
-    if (!PyArg_ParseTuple(args, "y*OO!", &block, &starts_obj, &PyTuple_Type, &tags))
+/* A writable buffer of ``n`` string views (16 bytes each), held in *view. */
+static int views_out(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE) < 0)
+        return -1;
+    if (view->len != n * 16) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s: a buffer of 16 bytes a line", what);
+        return -1;
+    }
+    return 0;
+}
+
+/* tag_views(block, starts, tags, texts, max_chars) -> bytes: for each line, the index (int32) in
+ * ``tags`` (a tuple of bytes, each one rank tag or two) of the first it starts with, or len(tags)
+ * for none; a tag of one followed by a whole second tag does not count (lines._starting_with: the
+ * prefix regex would take both off). Into ``texts`` (writable, 16 bytes a line) it writes the
+ * string view (into the block) of each tagged line's text after its tag, at most max_chars bytes;
+ * a line with none gets an empty view, for cut_views to write once the regex has cut its prefix. */
+static PyObject *tag_views(PyObject *self, PyObject *args) {
+    Py_buffer block, starts_view, texts;
+    PyObject *starts_obj, *tags, *texts_obj, *out = NULL;
+    Py_ssize_t max_chars;
+    if (!PyArg_ParseTuple(args, "y*OO!On", &block, &starts_obj, &PyTuple_Type, &tags, &texts_obj, &max_chars))
         return NULL;
     if (int64_buffer(starts_obj, &starts_view, "starts") < 0) {
         PyBuffer_Release(&block);
         return NULL;
     }
-    Py_ssize_t count = PyTuple_GET_SIZE(tags);
+    const uint8_t *data = block.buf;
+    int64_t size = block.len;
+    const int64_t *starts = starts_view.buf;
+    Py_ssize_t n = starts_view.len / 8, count = PyTuple_GET_SIZE(tags);
+    if (views_out(texts_obj, &texts, n, "tag_views") < 0) {
+        PyBuffer_Release(&starts_view);
+        PyBuffer_Release(&block);
+        return NULL;
+    }
     const char *tag[16];
     Py_ssize_t tag_len[16];
     int one_tag[16];
-    if (count > 16) {
-        PyErr_SetString(PyExc_ValueError, "tags: 16 at most");
-        goto fail;
+    if (count > 16 || size > INT32_MAX || max_chars < 0) {
+        PyErr_SetString(PyExc_ValueError, "tag_views: 16 tags at most, a block under 2 GiB");
+        goto done;
     }
     for (Py_ssize_t t = 0; t < count; t++) {
         PyObject *item = PyTuple_GET_ITEM(tags, t);
         if (!PyBytes_Check(item)) {
             PyErr_SetString(PyExc_TypeError, "tags: bytes");
-            goto fail;
+            goto done;
         }
         tag[t] = PyBytes_AS_STRING(item);
         tag_len[t] = PyBytes_GET_SIZE(item);
@@ -130,135 +226,67 @@ static PyObject *tag_indices(PyObject *self, PyObject *args) {
             closes += tag[t][j] == ']' && tag[t][j + 1] == ':';
         one_tag[t] = closes == 1;
     }
-    const uint8_t *data = block.buf;
-    int64_t size = block.len;
-    const int64_t *starts = starts_view.buf;
-    Py_ssize_t n = starts_view.len / 8;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4);
-    if (!out)
-        goto fail;
+    if (!(out = PyBytes_FromStringAndSize(NULL, n * 4)))
+        goto done;
     int32_t *index = (int32_t *)PyBytes_AS_STRING(out);
+    uint8_t *views = texts.buf;
+    int bad = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t at = starts[i], end = line_end(starts, n, i, size);
+        if (at < 0 || end > size || at > end) {
+            bad = 1;
+            break;
+        }
         index[i] = (int32_t)count;
-        if (at < 0 || end > size || at > end)
-            continue;  /* (not a line of this block: the caller's mistake; the regex decides) */
+        memset(views + 16 * i, 0, 16);
         for (Py_ssize_t t = 0; t < count; t++) {
             if (end - at >= tag_len[t] && memcmp(data + at, tag[t], (size_t)tag_len[t]) == 0) {
-                if (!(one_tag[t] && starts_with_tag(data + at + tag_len[t], data + end)))
+                if (!(one_tag[t] && starts_with_tag(data + at + tag_len[t], data + end))) {
                     index[i] = (int32_t)t;
+                    int64_t from = at + tag_len[t];
+                    string_view(views + 16 * i, data, from, end - from > max_chars ? max_chars : end - from);
+                }
                 break;
             }
         }
     }
     Py_END_ALLOW_THREADS
+    if (bad) {
+        Py_CLEAR(out);
+        PyErr_SetString(PyExc_ValueError, "tag_views: a line outside the block");
+    }
+done:
+    PyBuffer_Release(&texts);
     PyBuffer_Release(&starts_view);
     PyBuffer_Release(&block);
     return out;
-fail:
-    PyBuffer_Release(&starts_view);
-    PyBuffer_Release(&block);
-    return NULL;
 }
 
-/* The arguments of line_views and row_views: a block, its lines' starts, a buffer of a value a line
- * (line_views: an int32 prefix length) or of rows (row_views: uint32 line numbers), and a length. */
-struct views_args {
-    Py_buffer block, starts, other;
-    Py_ssize_t max_chars, n;  /* (n: the block's lines, as many as starts) */
-    const uint8_t *data;      /* the block's bytes, and their number */
-    int64_t size;
-    const int64_t *line_starts;
-};
-
-/* -1 with the error set, else 0 and the buffers held (views_release lets them go). */
-static int views_parse(PyObject *args, struct views_args *a) {
-    PyObject *starts_obj, *other_obj;
-    if (!PyArg_ParseTuple(args, "y*OOn", &a->block, &starts_obj, &other_obj, &a->max_chars))
-        return -1;
-    if (int64_buffer(starts_obj, &a->starts, "starts") < 0) {
-        PyBuffer_Release(&a->block);
-        return -1;
-    }
-    if (PyObject_GetBuffer(other_obj, &a->other, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&a->starts);
-        PyBuffer_Release(&a->block);
-        return -1;
-    }
-    a->data = a->block.buf;
-    a->size = a->block.len;
-    a->line_starts = a->starts.buf;
-    a->n = a->starts.len / 8;
-    return 0;
-}
-
-static void views_release(struct views_args *a) {
-    PyBuffer_Release(&a->other);
-    PyBuffer_Release(&a->starts);
-    PyBuffer_Release(&a->block);
-}
-
-/* line_views(block, starts, prefix_lengths, max_chars) -> (texts, prefixes): each line's text
- * (after its prefix, at most max_chars bytes) and its prefix as Arrow string views (16 bytes
- * each) into the block. */
-static PyObject *line_views(PyObject *self, PyObject *args) {
-    struct views_args a;
-    if (views_parse(args, &a) < 0)
-        return NULL;
-    PyObject *result = NULL;
-    const uint8_t *data = a.data;
-    int64_t size = a.size, max_chars = a.max_chars;
-    const int64_t *starts = a.line_starts;
-    const int32_t *prefix = a.other.buf;
-    Py_ssize_t n = a.n;
-    if (a.other.len != n * 4 || size > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "line_views: one int32 prefix length a line, a block under 2 GiB");
-        goto done;
-    }
-    PyObject *texts = PyBytes_FromStringAndSize(NULL, n * 16), *prefixes = PyBytes_FromStringAndSize(NULL, n * 16);
-    if (!texts || !prefixes) {
-        Py_XDECREF(texts);
-        Py_XDECREF(prefixes);
-        goto done;
-    }
-    uint8_t *text_views = (uint8_t *)PyBytes_AS_STRING(texts), *prefix_views = (uint8_t *)PyBytes_AS_STRING(prefixes);
-    int bad = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && !bad; i++) {
-        int64_t at = starts[i], end = line_end(starts, n, i, size), cut = prefix[i];
-        if (at < 0 || end > size || at > end || cut < 0 || cut > end - at) {
-            bad = 1;
-            break;
-        }
-        int64_t text_end = end - (at + cut) > max_chars ? at + cut + max_chars : end;
-        string_view(text_views + 16 * i, data, at + cut, text_end - (at + cut));
-        string_view(prefix_views + 16 * i, data, at, cut);
-    }
-    Py_END_ALLOW_THREADS
-    if (bad) {
-        Py_DECREF(texts);
-        Py_DECREF(prefixes);
-        PyErr_SetString(PyExc_ValueError, "line_views: a line or prefix outside the block");
-        goto done;
-    }
-    result = Py_BuildValue("(NN)", texts, prefixes);
-done:
-    views_release(&a);
-    return result;
+/* Where line i lies in the block (``at`` to ``end``), 0 where it does not (a caller's mistake). */
+static inline int line_at(const int64_t *starts, Py_ssize_t n, Py_ssize_t i, int64_t size, int64_t *at, int64_t *end) {
+    if (i < 0 || i >= n)
+        return 0;
+    *at = starts[i];
+    *end = line_end(starts, n, i, size);
+    return *at >= 0 && *end <= size && *at <= *end;
 }
 
 /* row_views(block, starts, rows, max_chars) -> bytes: the whole text of each line of ``rows``
  * (uint32 line numbers, from 0), at most ``max_chars`` bytes of it, as Arrow string views into the
  * block: the few lines that start with no common tag, whose prefixes a regex takes off. */
 static PyObject *row_views(PyObject *self, PyObject *args) {
-    struct views_args a;
-    if (views_parse(args, &a) < 0)
+    Py_buffer block, starts_view, rows_view;
+    PyObject *starts_obj, *result = NULL;
+    Py_ssize_t max_chars;
+    if (!PyArg_ParseTuple(args, "y*Oy*n", &block, &starts_obj, &rows_view, &max_chars))
         return NULL;
-    PyObject *result = NULL;
-    const uint32_t *rows = a.other.buf;
-    Py_ssize_t m = a.other.len / 4;
-    if (a.other.len % 4 || a.size > INT32_MAX || a.max_chars < 0) {
+    if (int64_buffer(starts_obj, &starts_view, "starts") < 0)
+        goto release;
+    const int64_t *starts = starts_view.buf;
+    const uint32_t *rows = rows_view.buf;
+    Py_ssize_t n = starts_view.len / 8, m = rows_view.len / 4;
+    if (rows_view.len % 4 || block.len > INT32_MAX || max_chars < 0) {
         PyErr_SetString(PyExc_ValueError, "row_views: uint32 rows, a block under 2 GiB");
         goto done;
     }
@@ -268,18 +296,10 @@ static PyObject *row_views(PyObject *self, PyObject *args) {
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(views);
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t j = 0; j < m; j++) {
-        Py_ssize_t i = rows[j];
-        if (i >= a.n) {
-            bad = 1;
-            break;
-        }
-        int64_t at = a.line_starts[i], end = line_end(a.line_starts, a.n, i, a.size);
-        if (at < 0 || end > a.size || at > end) {
-            bad = 1;
-            break;
-        }
-        string_view(out + 16 * j, a.data, at, end - at > a.max_chars ? a.max_chars : end - at);
+    for (Py_ssize_t j = 0; j < m && !bad; j++) {
+        int64_t at, end;
+        if (!(bad = !line_at(starts, n, rows[j], block.len, &at, &end)))
+            string_view(out + 16 * j, block.buf, at, end - at > max_chars ? max_chars : end - at);
     }
     Py_END_ALLOW_THREADS
     if (bad) {
@@ -289,7 +309,53 @@ static PyObject *row_views(PyObject *self, PyObject *args) {
     }
     result = views;
 done:
-    views_release(&a);
+    PyBuffer_Release(&starts_view);
+release:
+    PyBuffer_Release(&rows_view);
+    PyBuffer_Release(&block);
+    return result;
+}
+
+/* cut_views(block, starts, rows, cuts, texts, max_chars) -> None: writes into ``texts`` (tag_views'),
+ * for each line of ``rows`` (uint32), the view of its text after the first ``cuts`` (int32) bytes
+ * of it, the prefix the regex took off, at most max_chars bytes. */
+static PyObject *cut_views(PyObject *self, PyObject *args) {
+    Py_buffer block, starts_view, rows_view, cuts_view, texts;
+    PyObject *starts_obj, *texts_obj, *result = NULL;
+    Py_ssize_t max_chars;
+    if (!PyArg_ParseTuple(args, "y*Oy*y*On", &block, &starts_obj, &rows_view, &cuts_view, &texts_obj, &max_chars))
+        return NULL;
+    if (int64_buffer(starts_obj, &starts_view, "starts") < 0)
+        goto release;
+    const int64_t *starts = starts_view.buf;
+    const uint32_t *rows = rows_view.buf;
+    const int32_t *cuts = cuts_view.buf;
+    Py_ssize_t n = starts_view.len / 8, m = rows_view.len / 4;
+    if (views_out(texts_obj, &texts, n, "cut_views") < 0)
+        goto done;
+    int bad = rows_view.len % 4 || cuts_view.len != rows_view.len || block.len > INT32_MAX || max_chars < 0;
+    uint8_t *views = texts.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < m && !bad; j++) {
+        int64_t at, end;
+        bad = !line_at(starts, n, rows[j], block.len, &at, &end) || cuts[j] < 0 || cuts[j] > end - at;
+        if (!bad) {
+            at += cuts[j];
+            string_view(views + 16 * rows[j], block.buf, at, end - at > max_chars ? max_chars : end - at);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&texts);
+    if (bad)
+        PyErr_SetString(PyExc_ValueError, "cut_views: uint32 rows and int32 cuts, each inside its line");
+    else
+        result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&starts_view);
+release:
+    PyBuffer_Release(&cuts_view);
+    PyBuffer_Release(&rows_view);
+    PyBuffer_Release(&block);
     return result;
 }
 
@@ -494,8 +560,10 @@ static struct header parse_header(const uint8_t *s, int32_t len, int32_t close, 
 
 enum { HEADS, FIRSTS, GLOG, LEVELS, SRC_AT, SRC_AT_VALID, SRC_END, MSGS, TS, TS_VALID, OUTPUTS };
 
-/* glog_headers(views, data, year) -> a tuple of buffers, for each line of a text column (Arrow
- * string views ``views`` into the buffers ``data``):
+/* glog_headers(views, data, year, outs) -> bytes: into ``outs`` (a tuple of writable buffers, one
+ * an output below in its order, each of 16 bytes a line for a view, 8 for an int64, 4 for a uint32,
+ * a bit for a bit: Arrow memory the columns then stand on, not a copy of it), for each line of a
+ * text column (Arrow string views ``views`` into the buffers ``data``):
  *   heads               the line up to its first "]" and one character more (all of it with no "]")
  *   firsts              bit: the line's head differs from the line before's (the first line's: set)
  *   glog                bit: the line starts with a glog / c10 header (textlog._GLOG_HEAD)
@@ -503,17 +571,18 @@ enum { HEADS, FIRSTS, GLOG, LEVELS, SRC_AT, SRC_AT_VALID, SRC_END, MSGS, TS, TS_
  *   src_at, src_at_valid, src_end  int64 / uint32: where "[pid ]src:line" starts and ends
  *   msgs                a view of the text after the header (and the space after it)
  *   ts, ts_valid        int64 microseconds, where the header's time is a real one
- * and the rows (uint32) of glog lines whose time it leaves to Polars (an odd stamp). The same
- * values as textlog._glog_fields and HeaderRuns.of, worked out line by line. */
+ * and returns the rows (uint32) of glog lines whose time it leaves to Polars (an odd stamp). The
+ * same values as textlog._glog_fields and HeaderRuns.of, worked out line by line. */
 static PyObject *glog_headers(PyObject *self, PyObject *args) {
-    Py_buffer views_view;
-    PyObject *data_obj;
+    Py_buffer views_view, out_view[OUTPUTS];
+    PyObject *data_obj, *outs_obj;
     long long year;
-    if (!PyArg_ParseTuple(args, "y*O!L", &views_view, &PyTuple_Type, &data_obj, &year))
+    if (!PyArg_ParseTuple(args, "y*O!LO!", &views_view, &PyTuple_Type, &data_obj, &year, &PyTuple_Type, &outs_obj))
         return NULL;
-    Py_ssize_t buffers = PyTuple_GET_SIZE(data_obj), got = 0;
+    Py_ssize_t buffers = PyTuple_GET_SIZE(data_obj), got = 0, held = 0;
     Py_buffer *data = PyMem_Calloc(buffers ? buffers : 1, sizeof(Py_buffer));
-    PyObject *out[OUTPUTS] = {NULL}, *unknown = NULL, *result = NULL;
+    PyObject *unknown = NULL;
+    uint32_t *unknown_rows = NULL;
     if (!data) {
         PyErr_NoMemory();
         goto done;
@@ -522,29 +591,34 @@ static PyObject *glog_headers(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(data_obj, got), &data[got], PyBUF_SIMPLE) < 0)
             goto done;
     }
-    if (views_view.len % 16) {
-        PyErr_SetString(PyExc_ValueError, "glog_headers: views of 16 bytes");
+    if (views_view.len % 16 || PyTuple_GET_SIZE(outs_obj) != OUTPUTS) {
+        PyErr_SetString(PyExc_ValueError, "glog_headers: views of 16 bytes, and a buffer an output");
         goto done;
     }
     Py_ssize_t n = views_view.len / 16, bits = (n + 7) / 8;
     const Py_ssize_t sizes[OUTPUTS] = {16 * n, bits, bits, 16 * n, 8 * n, bits, 4 * n, 16 * n, 8 * n, bits};
-    for (int k = 0; k < OUTPUTS; k++) {
-        if (!(out[k] = PyBytes_FromStringAndSize(NULL, sizes[k])))
+    uint8_t *o[OUTPUTS];
+    for (; held < OUTPUTS; held++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs_obj, held), &out_view[held], PyBUF_WRITABLE) < 0)
             goto done;
-        memset(PyBytes_AS_STRING(out[k]), 0, (size_t)sizes[k]);
+        if (out_view[held].len != sizes[held]) {
+            held++;
+            PyErr_SetString(PyExc_ValueError, "glog_headers: an output buffer of the wrong size");
+            goto done;
+        }
+        o[held] = out_view[held].buf;
     }
-    uint32_t *unknown_rows = PyMem_Malloc((size_t)(n ? n : 1) * 4);
+    unknown_rows = PyMem_Malloc((size_t)(n ? n : 1) * 4);
     if (!unknown_rows) {
         PyErr_NoMemory();
         goto done;
     }
     Py_ssize_t unknowns = 0;
     int bad = 0;
-    uint8_t *o[OUTPUTS];
-    for (int k = 0; k < OUTPUTS; k++)
-        o[k] = (uint8_t *)PyBytes_AS_STRING(out[k]);
     const uint8_t *views = views_view.buf;
     Py_BEGIN_ALLOW_THREADS
+    for (int k = 0; k < OUTPUTS; k++)  /* (NULL rows hold zeros, as a column Polars made would) */
+        memset(o[k], 0, (size_t)sizes[k]);
     const uint8_t *prev = NULL;
     int32_t prev_len = -1;  /* (-1: no line before) */
     struct header header = {0};
@@ -591,33 +665,19 @@ static PyObject *glog_headers(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
-    if (bad) {
-        PyMem_Free(unknown_rows);
+    if (bad)
         PyErr_SetString(PyExc_ValueError, "glog_headers: a view outside its buffer");
-        goto done;
-    }
-    unknown = PyBytes_FromStringAndSize((const char *)unknown_rows, unknowns * 4);
-    PyMem_Free(unknown_rows);
-    if (!unknown)
-        goto done;
-    result = PyTuple_New(OUTPUTS + 1);
-    if (!result)
-        goto done;
-    for (int k = 0; k < OUTPUTS; k++) {
-        PyTuple_SET_ITEM(result, k, out[k]);
-        out[k] = NULL;
-    }
-    PyTuple_SET_ITEM(result, OUTPUTS, unknown);
-    unknown = NULL;
+    else
+        unknown = PyBytes_FromStringAndSize((const char *)unknown_rows, unknowns * 4);
 done:
-    for (int k = 0; k < OUTPUTS; k++)
-        Py_XDECREF(out[k]);
-    Py_XDECREF(unknown);
+    PyMem_Free(unknown_rows);
+    for (Py_ssize_t k = 0; k < held; k++)
+        PyBuffer_Release(&out_view[k]);
     for (Py_ssize_t k = 0; k < got; k++)
         PyBuffer_Release(&data[k]);
     PyMem_Free(data);
     PyBuffer_Release(&views_view);
-    return result;
+    return unknown;
 }
 
 /* ---- records of several lines (parsers/dynamo.py: a compile record is the lines of its stream from its start) ---- */
@@ -807,11 +867,14 @@ static PyMethodDef methods[] = {
     {"ascii", ascii, METH_VARARGS, "ascii(block) -> whether every byte is ASCII"},
     {"row_ids", row_ids, METH_VARARGS, "row_ids(columns) -> uint32 number a row, equal for equal rows"},
     {"stream_blocks", stream_blocks, METH_VARARGS, "stream_blocks(streams, starts) -> (firsts, offsets, order)"},
-    {"line_starts", line_starts, METH_VARARGS, "line_starts(block) -> int64 offsets of the lines' starts"},
-    {"tag_indices", tag_indices, METH_VARARGS, "tag_indices(block, starts, tags) -> int32 tag index a line, len(tags) for none"},
-    {"line_views", line_views, METH_VARARGS, "line_views(block, starts, prefix_lengths, max_chars) -> (texts, prefixes)"},
+    {"ascii_line_starts", ascii_line_starts, METH_VARARGS,
+     "ascii_line_starts(block) -> int64 offsets of the lines' starts, None if not ASCII"},
+    {"tag_views", tag_views, METH_VARARGS,
+     "tag_views(block, starts, tags, texts, max_chars) -> int32 tag index a line"},
     {"row_views", row_views, METH_VARARGS, "row_views(block, starts, rows, max_chars) -> views of those lines"},
-    {"glog_headers", glog_headers, METH_VARARGS, "glog_headers(views, data, year) -> the header fields of each line"},
+    {"cut_views", cut_views, METH_VARARGS, "cut_views(block, starts, rows, cuts, texts, max_chars) -> None"},
+    {"glog_headers", glog_headers, METH_VARARGS,
+     "glog_headers(views, data, year, outs) -> rows of odd stamps; each line's header fields into outs"},
     {NULL, NULL, 0, NULL},
 };
 

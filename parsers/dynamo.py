@@ -674,7 +674,8 @@ def _exceptions(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
     ...``, the same class by its bare name when dynamo's own text follows it, or Inductor's RuntimeError
     that the GPU is too old for Triton. A line under a logging header (suppress_errors=True logs the
     failure and runs the frame eager) is not one: only a header-less line is."""
-    starts = own.filter(pl.col("level").is_null()).filter(pl.col("text").str.contains(_RAISED))  # the few first
+    # (the few first)
+    starts = own.filter(pl.col("wanted") & pl.col("level").is_null()).filter(pl.col("text").str.contains(_RAISED))
     rows = []
     cause_of: tuple[str, int] | None = None  # (file, line) of the line a "... raised:" message continues on
     for start in starts.select("file", "pos", "line_no", "rank", "tee", "text", "ts_ff").to_dicts():
@@ -729,7 +730,8 @@ def _profiler_recompiles(df: pl.DataFrame, own: pl.DataFrame) -> list[dict]:
     first guard failure listed."""
     rows = []
     # the table is printed: its header line starts the text, where a logged line has its glog header
-    starts = own.filter(pl.col("src_end").is_null()).filter(pl.col("text").str.contains(_PROFILER_RECOMPILES))
+    starts = (own.filter(pl.col("wanted") & pl.col("src_end").is_null())
+              .filter(pl.col("text").str.contains(_PROFILER_RECOMPILES)))
     for start in starts.select("file", "pos", "line_no", "rank", "ts_ff").to_dicts():
         block = following(df, start, EXCEPTION_LOOKAHEAD, first=1).select("text", "line_no").rows()
         row = None
@@ -836,11 +838,17 @@ TRIGGER = scan.Trigger("dynamo", ("_dynamo/", "_dynamo.", "_dynamo\\", "Graph br
                        per_line=False)  # "_dynamo/" is in the header of every TORCH_LOGS line
 
 
+# Most lines of a TORCH_LOGS log are dynamo's: ``own`` is every own line of the chunk (textlog), and
+# this parser reads the wanted ones of it, by ``wanted``.
+OWN_UNFILTERED = True
+
+
 def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tuple[str, pl.DataFrame]]:
-    """The compile records that start in this chunk; ``df`` adds lookahead rows to ``own``."""
-    if own.is_empty():
+    """The compile records that start in this chunk; ``df`` adds lookahead rows to ``own`` (its own
+    lines, ``wanted`` marking those LINES matches)."""
+    last_own_row = own["row"].filter(own["wanted"]).max()
+    if last_own_row is None:
         return
-    last_own_row = own["row"].max()
     dyn, said = _dynamo_lines(df)
     if not dyn.is_empty():
         yield "compiles", _block_rows(_blocks(dyn, said).filter(pl.col("row") <= last_own_row), said["body"])

@@ -257,10 +257,15 @@ def _frame_and_starts(data: bytes, first_line_no: int,
     if not isinstance(data, bytes) and (_split_c is None or present is None):
         # (a block read into Arrow memory, where only bytes will do: no C part, or no scan to say what it holds)
         data = memoryview(data).tobytes()
-    ascii = data.isascii() if isinstance(data, bytes) else _split_c.ascii(data)  # (16 MB take 1 ms: once a block)
-    if (_split_c is not None and ascii and len(data) < 1 << 31
+    if (_split_c is not None and len(data) < 1 << 31
             and not _holds(data, present, _BAR_END) and not _holds(data, present, _CR)):
-        return _ascii_frame(data, first_line_no)
+        block = data if isinstance(data, pa.Buffer) else arrow_owned(data)
+        starts = _split_c.ascii_line_starts(block)  # (None: a byte is not ASCII)
+        if starts is not None:
+            return _ascii_frame(block, starts, first_line_no)
+        ascii = False
+    else:
+        ascii = data.isascii() if isinstance(data, bytes) else _split_c.ascii(data)
     data = data if isinstance(data, bytes) else memoryview(data).tobytes()  # (Polars decodes bytes)
     raw = line_series(data, ascii)
     return _lines_frame(raw, data, ascii, first_line_no, present), _line_starts(raw, data)
@@ -353,38 +358,41 @@ def _with_prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(*(c.gather(number) for c in _prefix_fields(distinct)))
 
 
-def _ascii_frame(data: bytes | pa.Buffer, first_line_no: int) -> tuple[pl.DataFrame, pl.Series]:
-    """``_lines_frame`` of ASCII ``data`` that holds no glued progress bar and no CR, and where its
-    lines start: the byte work in C (``_lines.c``), one pass a step, each line's text a string view
-    into ``data`` (Arrow memory: ``read_whole``), or into a copy of it, instead of a copy of each.
-    The decisions are ``_without_prefixes``' (its proof holds here): a line that starts with a common
-    rank tag loses that tag, unless a tag of one is followed by a whole second tag; the regex takes
-    the prefixes off every other line; what a prefix says (rank, tee) is found once a distinct
-    prefix. ``tests/test_ascii_split.py`` holds the two paths equal."""
-    block = data if isinstance(data, pa.Buffer) else arrow_owned(data)
-    starts_buf = _split_c.line_starts(block)
+def _ascii_frame(block: pa.Buffer, starts_buf: bytes, first_line_no: int) -> tuple[pl.DataFrame, pl.Series]:
+    """``_lines_frame`` of an ASCII ``block`` (Arrow memory: ``read_whole``'s, or a copy) that holds
+    no glued progress bar and no CR, whose lines start at ``starts_buf`` (int64: C's
+    ``ascii_line_starts``), and where its lines start: the byte work in C (``_lines.c``), each line's
+    text a string view into the block instead of a copy of it. The decisions are
+    ``_without_prefixes``' (its proof holds here): a line that starts with a common rank tag loses
+    that tag, unless a tag of one is followed by a whole second tag; the regex takes the prefixes off
+    every other line; what a prefix says (rank, tee) is found once a distinct prefix.
+    ``tests/test_ascii_split.py`` holds the two paths equal."""
     n = len(starts_buf) // 8
     starts = from_buffer(pa.int64(), n, starts_buf)
-    tags = _tags_common_in(_sample_lines(data, starts)) if n >= 4 * _TAG_SAMPLE else []
-    # each line's prefix, numbered: the index of the common tag it starts with, else (after them) of
-    # the distinct prefix the regex takes off it (few: most often none, "")
-    number = from_buffer(pa.int32(), n, _split_c.tag_indices(block, starts_buf, tuple(t.encode() for t in tags)))
+    tags = _tags_common_in(_sample_lines(block, starts)) if n >= 4 * _TAG_SAMPLE else []
+    # each line's text, as C writes it: after its tag (a common one), or after the prefix the regex
+    # takes off (the lines with none); and each line's prefix, numbered: the index of its tag, else
+    # (after them) of the distinct prefix the regex took off it (few: most often none, "")
+    texts = pa.allocate_buffer(16 * n)
+    number = from_buffer(pa.int32(), n, _split_c.tag_views(block, starts_buf, tuple(t.encode() for t in tags), texts,
+                                                            MAX_LINE_CHARS))
     prefixes = pl.Series(tags, dtype=pl.String)
     rest = (number == len(tags)).arg_true()
     if rest.len():
+        rows = values_of(rest.cast(pl.UInt32))
         # (whole lines, their prefixes cut by the regex: no cut short of one, however long the line)
-        whole = _split_c.row_views(block, starts_buf, values_of(rest.cast(pl.UInt32)), MAX_LINE_CHARS + (1 << 30))
+        whole = _split_c.row_views(block, starts_buf, rows, MAX_LINE_CHARS + (1 << 30))
         _, rest_prefix = _regex_cut(from_buffer(pa.string_view(), rest.len(), whole, block), True)
         codes, distinct = dictionary(rest_prefix)
         prefixes = prefixes.append(distinct)
         number = number.scatter(rest, (codes + len(tags)).cast(pl.Int32))
-    # what each prefix says, and how long it is, found once a prefix
-    rank, tee = _prefix_fields(prefixes)
-    rank, tee, cut = (c.gather(number) for c in (rank, tee, prefixes.str.len_bytes().cast(pl.Int32)))
-    texts, _ = _split_c.line_views(block, starts_buf, values_of(cut), MAX_LINE_CHARS)
+        _split_c.cut_views(block, starts_buf, rows, values_of(rest_prefix.str.len_bytes().cast(pl.Int32)), texts,
+                           MAX_LINE_CHARS)
+    # what each prefix says, found once a prefix
+    rank, tee = (c.gather(number) for c in _prefix_fields(prefixes))
+    text = pl.from_arrow(pa.Array.from_buffers(pa.string_view(), n, [None, texts, block]))
     return pl.DataFrame([pl.int_range(first_line_no, first_line_no + n, dtype=pl.Int64, eager=True).alias("line_no"),
-                         rank.alias("rank"), tee.alias("tee"),
-                         from_buffer(pa.string_view(), n, texts, block).alias("text")]), starts
+                         rank.alias("rank"), tee.alias("tee"), text.alias("text")]), starts
 
 
 def dictionary(values: pl.Series) -> tuple[pl.Series, pl.Series]:
@@ -419,7 +427,7 @@ def values_of(column: pl.Series) -> pa.Buffer:
     return array.buffers()[1][array.offset * width:(array.offset + len(array)) * width]
 
 
-def _sample_lines(data: bytes, starts: pl.Series) -> pl.Series:
+def _sample_lines(data: bytes | pa.Buffer, starts: pl.Series) -> pl.Series:
     """The lines of ``data`` (starting at ``starts``) that ``_common_tags`` looks at."""
     rows = _sample_rows(starts.len()).to_list()
     ends = [*(starts.gather([r + 1 for r in rows if r + 1 < starts.len()]) - 1).to_list(), len(data)]

@@ -18,11 +18,17 @@ from postmortem.parsers import lines, scan
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _split_both_ways(data: bytes, first_line_no: int = 1) -> None:
+def _split_in_c_alone(data: bytes, first_line_no: int = 1) -> tuple[pl.DataFrame, pl.Series]:
+    """``lines._ascii_frame`` of ASCII ``data``, as ``lines.split_block`` calls it."""
     assert lines._split_c is not None, "parsers/_lines.c was not built at install (is a C compiler there?)"
+    block = lines.arrow_owned(data)
+    return lines._ascii_frame(block, lines._split_c.ascii_line_starts(block), first_line_no)
+
+
+def _split_both_ways(data: bytes, first_line_no: int = 1) -> None:
     raw = lines.line_series(data, True)
     want = lines._lines_frame(raw, data, True, first_line_no, None)
-    got, starts = lines._ascii_frame(data, first_line_no)
+    got, starts = _split_in_c_alone(data, first_line_no)
     assert_frame_equal(got, want)
     assert_series_equal(starts, lines._line_starts(raw, data), check_names=False)
 
@@ -78,7 +84,7 @@ def test_edge_blocks_split_in_c_as_polars_splits_them(data):
 def test_a_line_longer_than_the_cut_is_cut_the_same():
     data = b"[rank0]:ok\n" * 300 + b"[rank0]:" + b"x" * (lines.MAX_LINE_CHARS + 100) + b"\n[rank0]:" + b"y" * 5
     _split_both_ways(data)
-    assert lines._ascii_frame(data, 1)[0]["text"].str.len_bytes().max() == lines.MAX_LINE_CHARS
+    assert _split_in_c_alone(data)[0]["text"].str.len_bytes().max() == lines.MAX_LINE_CHARS
 
 
 _PREFIX_PARTS = ["[rank3]:", "[rank12]:", "[default0]:", "[default0]:[rank0]:", "[rank3]:[rank3]:",
@@ -107,7 +113,7 @@ def test_frames_split_in_c_outlive_the_block_and_pickle_only_their_rows():
     import pickle
 
     data = b"".join(b"[rank0]:V1129 13:40:20.565000 1 a.py:1] line %d of a longer log\n" % i for i in range(5000))
-    frame, _ = lines._ascii_frame(data, 1)
+    frame, _ = _split_in_c_alone(data)
     del data
     kept = frame.filter(pl.col("line_no") == 4000)
     assert kept["text"].to_list() == ["V1129 13:40:20.565000 1 a.py:1] line 3999 of a longer log"]
@@ -123,3 +129,24 @@ def test_a_block_in_arrow_memory_is_ascii_as_bytes_are(data, at):
     data = data[:at] + b"x" * (1 << 20) + data[at:]  # (past the mebibyte it tests at a time)
     assert lines._split_c.ascii(pa.py_buffer(data)) == data.isascii()
     assert lines._split_c.ascii(pa.py_buffer(data.decode("latin-1").encode("ascii", "replace"))) is True
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=400), at=st.integers(min_value=0, max_value=400),
+       newlines=st.lists(st.integers(min_value=0, max_value=600), max_size=40))
+def test_line_starts_in_c_are_those_of_a_split_and_none_where_a_byte_is_not_ascii(data, at, newlines):
+    """C finds the lines 64 bytes at a time: newlines on each side of a chunk's edge, a non-ASCII
+    byte in a chunk or in the tail after the last."""
+    import pyarrow as pa
+
+    text = bytearray(data.decode("latin-1").encode("ascii", "replace") * 2)
+    for i in newlines:
+        if i < len(text):
+            text[i] = 10
+    for block in (bytes(text), bytes(text[:at]) + data + bytes(text[at:])):
+        starts = lines._split_c.ascii_line_starts(pa.py_buffer(block))
+        if not block.isascii():
+            assert starts is None
+            continue
+        want = [0] + [i + 1 for i, b in enumerate(block) if b == 10]
+        assert list(memoryview(starts).cast("q")) == want
