@@ -1,7 +1,7 @@
 /* The byte work of reading text logs, a pass over the bytes or the lines for each step, where
  * Polars would take a pass over every line for each of a dozen string operations:
  *   - splitting an ASCII block into lines (parsers/lines.py): where each line starts (64 bytes at
- *     a time, the ASCII test in the same pass), which of the common rank tags starts it, each
+ *     a time, the tests for a byte not ASCII and for a CR in the same pass), which of the common rank tags starts it, each
  *     line's text as an Arrow string view into the block (not a copy of it), written into Arrow
  *     memory the column then stands on;
  *   - taking each line's glog / c10 header apart (parsers/textlog.py): its run of lines of one
@@ -72,43 +72,44 @@ static int int64_buffer(PyObject *obj, Py_buffer *view, const char *what) {
     return 0;
 }
 
-/* Where each line of an ASCII block starts, found 64 bytes at a time: a mask of the chunk's newlines
- * (a bit a byte), whose set bits are the lines' ends, and the OR of its bytes, whose top bit says
- * whether one is not ASCII. One pass over the block, where a count of its lines, their starts and
- * the ASCII test were three. Returns the number of starts (in *out, PyMem memory, the caller's to
- * free), -1 where a byte is not ASCII, -2 out of memory. */
+/* Where each line of a plain block (ASCII, no CR) starts, found 64 bytes at a time: a mask of the
+ * chunk's newlines (a bit a byte), whose set bits are the lines' ends, and whether the chunk holds
+ * a byte that is not ASCII (the top bit of the OR of its bytes) or a CR. One pass over the block,
+ * where a count of its lines, their starts and the two tests were four. Returns the number of
+ * starts (in *out, PyMem memory, the caller's to free), -1 where the block is not plain, -2 out of
+ * memory. */
 #if defined(__SSE2__)
 #include <emmintrin.h>
-static inline uint64_t newline_mask(const uint8_t *p, uint8_t *high) {
-    const __m128i nl = _mm_set1_epi8('\n');
+static inline uint64_t newline_mask(const uint8_t *p, int *not_plain) {
+    const __m128i nl = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r');
     __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 16));
     __m128i c = _mm_loadu_si128((const __m128i *)(p + 32)), d = _mm_loadu_si128((const __m128i *)(p + 48));
-    *high |= (uint8_t)(_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d))) != 0);
+    __m128i crs = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(a, cr), _mm_cmpeq_epi8(b, cr)),
+                               _mm_or_si128(_mm_cmpeq_epi8(c, cr), _mm_cmpeq_epi8(d, cr)));
+    *not_plain |= _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d)), crs)) != 0;
     return (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(a, nl))
            | (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(b, nl)) << 16
            | (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(c, nl)) << 32
            | (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(d, nl)) << 48;
 }
 #else
-static inline uint64_t newline_mask(const uint8_t *p, uint8_t *high) {
+static inline uint64_t newline_mask(const uint8_t *p, int *not_plain) {
     uint64_t mask = 0;
-    uint8_t any = 0;
     for (int j = 0; j < 64; j++) {
-        any |= p[j];
+        *not_plain |= (p[j] & 0x80) || p[j] == '\r';
         mask |= (uint64_t)(p[j] == '\n') << j;
     }
-    *high |= any >> 7;
     return mask;
 }
 #endif
 
-static Py_ssize_t ascii_starts(const uint8_t *data, int64_t size, int64_t **out) {
+static Py_ssize_t plain_starts(const uint8_t *data, int64_t size, int64_t **out) {
     Py_ssize_t n = 0, capacity = size / 64 + 64;
     int64_t *starts = PyMem_RawMalloc((size_t)capacity * 8);
     if (!starts)
         return -2;
     starts[n++] = 0;
-    uint8_t high = 0;
+    int not_plain = 0;
     int64_t at = 0;
     for (; at + 64 <= size; at += 64) {
         if (n + 64 > capacity) {  /* (a chunk ends 64 lines at most) */
@@ -120,9 +121,9 @@ static Py_ssize_t ascii_starts(const uint8_t *data, int64_t size, int64_t **out)
             }
             starts = more;
         }
-        for (uint64_t mask = newline_mask(data + at, &high); mask; mask &= mask - 1)
+        for (uint64_t mask = newline_mask(data + at, &not_plain); mask; mask &= mask - 1)
             starts[n++] = at + __builtin_ctzll(mask) + 1;
-        if (high) {
+        if (not_plain) {
             PyMem_RawFree(starts);
             return -1;
         }
@@ -136,7 +137,7 @@ static Py_ssize_t ascii_starts(const uint8_t *data, int64_t size, int64_t **out)
         starts = more;
     }
     for (; at < size; at++) {
-        if (data[at] & 0x80) {
+        if ((data[at] & 0x80) || data[at] == '\r') {
             PyMem_RawFree(starts);
             return -1;
         }
@@ -147,17 +148,17 @@ static Py_ssize_t ascii_starts(const uint8_t *data, int64_t size, int64_t **out)
     return n;
 }
 
-/* ascii_line_starts(block) -> bytes or None: the offset (int64) where each line starts (a final
+/* plain_line_starts(block) -> bytes or None: the offset (int64) where each line starts (a final
  * newline ends the last line but one, and an empty last line follows it, as str.split("\n") has
- * it); None where a byte of the block is not ASCII. */
-static PyObject *ascii_line_starts(PyObject *self, PyObject *args) {
+ * it); None where a byte of the block is not ASCII or is a CR. */
+static PyObject *plain_line_starts(PyObject *self, PyObject *args) {
     Py_buffer block;
     if (!PyArg_ParseTuple(args, "y*", &block))
         return NULL;
     int64_t *starts = NULL;
     Py_ssize_t n;
     Py_BEGIN_ALLOW_THREADS
-    n = ascii_starts(block.buf, block.len, &starts);
+    n = plain_starts(block.buf, block.len, &starts);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&block);
     if (n == -2)
@@ -846,29 +847,11 @@ done:
     return result;
 }
 
-/* ascii(block) -> bool: whether every byte of the block is ASCII (bytes.isascii, for any buffer). */
-static PyObject *ascii(PyObject *self, PyObject *args) {
-    Py_buffer block;
-    if (!PyArg_ParseTuple(args, "y*", &block))
-        return NULL;
-    int all = 1;
-    Py_BEGIN_ALLOW_THREADS
-    const uint8_t *data = block.buf;
-    for (Py_ssize_t at = 0; at < block.len && all; at += 1 << 20) {  /* (a mebibyte at a time: int32 lengths) */
-        Py_ssize_t left = block.len - at;
-        all = is_ascii(data + at, (int32_t)(left < (1 << 20) ? left : (1 << 20)));
-    }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&block);
-    return PyBool_FromLong(all);
-}
-
 static PyMethodDef methods[] = {
-    {"ascii", ascii, METH_VARARGS, "ascii(block) -> whether every byte is ASCII"},
     {"row_ids", row_ids, METH_VARARGS, "row_ids(columns) -> uint32 number a row, equal for equal rows"},
     {"stream_blocks", stream_blocks, METH_VARARGS, "stream_blocks(streams, starts) -> (firsts, offsets, order)"},
-    {"ascii_line_starts", ascii_line_starts, METH_VARARGS,
-     "ascii_line_starts(block) -> int64 offsets of the lines' starts, None if not ASCII"},
+    {"plain_line_starts", plain_line_starts, METH_VARARGS,
+     "plain_line_starts(block) -> int64 offsets of the lines' starts, None if a byte is not ASCII or a CR"},
     {"tag_views", tag_views, METH_VARARGS,
      "tag_views(block, starts, tags, texts, max_chars) -> int32 tag index a line"},
     {"row_views", row_views, METH_VARARGS, "row_views(block, starts, rows, max_chars) -> views of those lines"},

@@ -34,6 +34,7 @@ import polars as pl
 import pyarrow as pa
 
 from . import scan
+from .columns import dictionary
 
 try:  # the C part of splitting (parsers/_lines.c), built where a compiler was at install
     from . import _lines as _split_c
@@ -202,11 +203,11 @@ def _same_bytes(lines: pl.Series, data: bytes, ascii: bool) -> bool:
 # tqdm ends its line only when the bar closes, so the next message another writer prints (a
 # watchdog's timeout, a traceback) lands on the bar's terminal line.
 _GLUED_BAR = r"(\[(?:\d+:)?\d\d:\d\d<[^\]\n]{0,40}?(?:/s|/it)\])([^\s\r])"
-# What a block must hold for split_lines to do more than split it (the scan finds them with the
-# parsers' triggers: Python's ``b"/s]" in data`` alone takes 23 ms over 16 MB of paths).
+# What a block must hold for split_lines to do more than split it: a glued bar's end (the scan
+# finds it with the parsers' triggers: Python's ``b"/s]" in data`` alone takes 23 ms over 16 MB of
+# paths), or a CR (looked for where the lines are found: C's plain_line_starts, else memchr).
 _BAR_END = scan.Trigger("lines.bar_end", ("/s]", "/it]"), per_line=False)
-_CR = scan.Trigger("lines.cr", ("\r",), per_line=False)
-scan.declare(_BAR_END, _CR)
+scan.declare(_BAR_END)
 
 
 def _unglue(df: pl.DataFrame) -> pl.DataFrame:
@@ -257,16 +258,13 @@ def _frame_and_starts(data: bytes, first_line_no: int,
     if not isinstance(data, bytes) and (_split_c is None or present is None):
         # (a block read into Arrow memory, where only bytes will do: no C part, or no scan to say what it holds)
         data = memoryview(data).tobytes()
-    if (_split_c is not None and len(data) < 1 << 31
-            and not _holds(data, present, _BAR_END) and not _holds(data, present, _CR)):
+    if _split_c is not None and len(data) < 1 << 31 and not _holds(data, present, _BAR_END):
         block = data if isinstance(data, pa.Buffer) else arrow_owned(data)
-        starts = _split_c.ascii_line_starts(block)  # (None: a byte is not ASCII)
+        starts = _split_c.plain_line_starts(block)  # (None: a byte is not ASCII, or is a CR)
         if starts is not None:
             return _ascii_frame(block, starts, first_line_no)
-        ascii = False
-    else:
-        ascii = data.isascii() if isinstance(data, bytes) else _split_c.ascii(data)
     data = data if isinstance(data, bytes) else memoryview(data).tobytes()  # (Polars decodes bytes)
+    ascii = data.isascii()
     raw = line_series(data, ascii)
     return _lines_frame(raw, data, ascii, first_line_no, present), _line_starts(raw, data)
 
@@ -307,7 +305,7 @@ def _lines_frame(lines: pl.Series, data: bytes, ascii: bool, first_line_no: int,
         df = _unglue(df)
     df = df.with_columns(_without_prefixes(df["raw"], ascii).get_columns())
     text_col = pl.col("text")
-    if _holds(data, present, _CR):
+    if b"\r" in data:
         text_col = text_col.str.strip_suffix("\r")
     # (a line of more characters has more bytes: the cut, a copy of every line, only where one has)
     if len(data) > MAX_LINE_CHARS and (df["text"].str.len_bytes().max() or 0) > MAX_LINE_CHARS:
@@ -361,7 +359,7 @@ def _with_prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
 def _ascii_frame(block: pa.Buffer, starts_buf: bytes, first_line_no: int) -> tuple[pl.DataFrame, pl.Series]:
     """``_lines_frame`` of an ASCII ``block`` (Arrow memory: ``read_whole``'s, or a copy) that holds
     no glued progress bar and no CR, whose lines start at ``starts_buf`` (int64: C's
-    ``ascii_line_starts``), and where its lines start: the byte work in C (``_lines.c``), each line's
+    ``plain_line_starts``), and where its lines start: the byte work in C (``_lines.c``), each line's
     text a string view into the block instead of a copy of it. The decisions are
     ``_without_prefixes``' (its proof holds here): a line that starts with a common rank tag loses
     that tag, unless a tag of one is followed by a whole second tag; the regex takes the prefixes off
@@ -393,15 +391,6 @@ def _ascii_frame(block: pa.Buffer, starts_buf: bytes, first_line_no: int) -> tup
     text = pl.from_arrow(pa.Array.from_buffers(pa.string_view(), n, [None, texts, block]))
     return pl.DataFrame([pl.int_range(first_line_no, first_line_no + n, dtype=pl.Int64, eager=True).alias("line_no"),
                          rank.alias("rank"), tee.alias("tee"), text.alias("text")]), starts
-
-
-def dictionary(values: pl.Series) -> tuple[pl.Series, pl.Series]:
-    """Each of ``values`` numbered (uint32: 0, 1, ... as distinct values first appear; NULL stays NULL),
-    and the distinct values in the order of their numbers: the codes of a dictionary of their own,
-    made in one pass over them (a value repeated on thousands of lines is then worked on once)."""
-    coded = values.cast(pl.String).cast(pl.Categorical(pl.Categories.random()))
-    distinct = coded.unique().drop_nulls()
-    return coded.to_physical(), distinct.cast(pl.String).gather(distinct.to_physical().arg_sort())
 
 
 def from_buffer(kind: pa.DataType, n: int, values: bytes, data: pa.Buffer | None = None) -> pl.Series:

@@ -36,6 +36,7 @@ import polars as pl
 from postmortem.schema import conform, frame
 
 from . import scan
+from .columns import dictionary
 from .lines import extract_groups, following, per_distinct
 from .runtime import oom_figures
 
@@ -162,9 +163,10 @@ def _figures() -> tuple[pl.Expr, ...]:
 def _series_rows(own: pl.DataFrame) -> pl.DataFrame:
     # a figure is a number: a line without a digit ("Reducer: comm-optimized memory allocator not
     # found, using regular one") holds none, and the two dozen expressions below are not planned for it
-    lines = own.filter(pl.col("msg").str.contains(_PREFILTER)).filter(pl.col("msg").str.contains(r"\d")).with_columns(
-        pl.col("msg").str.replace_all(_ANSI, "").alias("clean")
-    )
+    # (both tests once a distinct message: such a line repeats at every step)
+    codes, distinct = dictionary(own["msg"])
+    holds = (distinct.str.contains(_PREFILTER) & distinct.str.contains(r"\d")).gather(codes).fill_null(False)
+    lines = own.filter(holds).with_columns(pl.col("msg").str.replace_all(_ANSI, "").alias("clean"))
     if lines.is_empty():
         return frame("memory")
     # A figure's line repeats word for word at every step of a run that prints the same figure:

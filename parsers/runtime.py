@@ -242,12 +242,16 @@ def _log_events(own: pl.DataFrame, state: dict) -> pl.DataFrame:
     )
     # own is in line order: the last timed row of each rank is its last line. It ends a run of rows
     # of one file and rank, so the keys are compared with the next row's first, and only the runs'
-    # last rows hashed (a rank's file is one run; hashing every row cost ~4 ms per 16 MB).
-    timed = own.select("pos", "file", "rank", "ts").filter(pl.col("rank").is_not_null() & pl.col("ts").is_not_null())
-    run_end = pl.col("file").ne_missing(pl.col("file").shift(-1)) | pl.col("rank").ne_missing(pl.col("rank").shift(-1))
-    last_rows = timed.filter(run_end).unique(subset=["file", "rank"], keep="last", maintain_order=True)["pos"]
+    # last rows hashed (a rank's file is one run; hashing every row cost ~4 ms per 16 MB). The runs
+    # are told by file number (a file's rows have one, and another file another), columns alone.
+    rank = own["rank"]
+    timed = (rank.is_not_null() & own["ts"].is_not_null()).arg_true()
+    file_no, timed_rank = own["file_no"].gather(timed), rank.gather(timed)
+    run_ends = timed.filter(file_no.ne_missing(file_no.shift(-1)) | timed_rank.ne_missing(timed_rank.shift(-1)))
+    last_rows = (own.select("file", "rank").gather(run_ends).with_columns(run_ends.alias("_at"))
+                 .unique(subset=["file", "rank"], keep="last", maintain_order=True)["_at"].sort())
     last = (
-        header_source(own.filter(pl.col("pos").is_in(last_rows.implode())))
+        header_source(own.gather(last_rows))
         .select("file", "rank", "ts", "line_no", "level", pl.col("src").alias("source"),
                 pl.lit("last_line").alias("kind"), pl.col("msg").str.slice(0, MAX_MESSAGE).alias("message"), "pid")
     )

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from .columns import contains_per_value
+
 try:
     import hyperscan
 except ImportError:  # no wheel for this platform: every trigger is taken as present
@@ -204,14 +206,14 @@ def matching(text: pl.Series, trigger: Trigger, exact: str, candidates: pl.Serie
     the trigger's literals (the others cannot match it): ``candidates`` where the scan says which
     they are, else one literal pass, then the few candidates."""
     if candidates is None:
-        candidates = text.str.contains(trigger.regex())
+        candidates = contains_per_value(text, trigger.regex())
     return contains_among(text, exact, candidates)
 
 
 def contains_among(text: pl.Series, exact: str, candidates: pl.Series) -> pl.Series:
     """``text.str.contains(exact)`` where ``candidates`` (a Boolean mask), False elsewhere: the
-    regex runs on the candidate rows alone."""
+    regex runs on the candidate rows alone, once a distinct value of them."""
     rows = candidates.arg_true()
     if rows.len() == 0:
         return candidates
-    return candidates.scatter(rows, text.gather(rows).str.contains(exact))
+    return candidates.scatter(rows, contains_per_value(text.gather(rows), exact))

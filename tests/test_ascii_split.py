@@ -22,7 +22,7 @@ def _split_in_c_alone(data: bytes, first_line_no: int = 1) -> tuple[pl.DataFrame
     """``lines._ascii_frame`` of ASCII ``data``, as ``lines.split_block`` calls it."""
     assert lines._split_c is not None, "parsers/_lines.c was not built at install (is a C compiler there?)"
     block = lines.arrow_owned(data)
-    return lines._ascii_frame(block, lines._split_c.ascii_line_starts(block), first_line_no)
+    return lines._ascii_frame(block, lines._split_c.plain_line_starts(block), first_line_no)
 
 
 def _split_both_ways(data: bytes, first_line_no: int = 1) -> None:
@@ -35,7 +35,7 @@ def _split_both_ways(data: bytes, first_line_no: int = 1) -> None:
 
 def _split_in_c(data: bytes, present: frozenset[str] | None) -> bool:
     """Whether split_block takes this block to C: ASCII, no glued progress bar, no CR."""
-    return data.isascii() and not lines._holds(data, present, lines._BAR_END) and not lines._holds(data, present, lines._CR)
+    return data.isascii() and b"\r" not in data and not lines._holds(data, present, lines._BAR_END)
 
 
 def _logs(folder: str) -> list[Path]:
@@ -121,31 +121,20 @@ def test_frames_split_in_c_outlive_the_block_and_pickle_only_their_rows():
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.binary(max_size=3000), at=st.integers(min_value=0, max_value=3000))
-def test_a_block_in_arrow_memory_is_ascii_as_bytes_are(data, at):
-    """The C test of a block read into Arrow memory (lines.read_whole) says what bytes.isascii says."""
-    import pyarrow as pa
-
-    data = data[:at] + b"x" * (1 << 20) + data[at:]  # (past the mebibyte it tests at a time)
-    assert lines._split_c.ascii(pa.py_buffer(data)) == data.isascii()
-    assert lines._split_c.ascii(pa.py_buffer(data.decode("latin-1").encode("ascii", "replace"))) is True
-
-
-@settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=400), at=st.integers(min_value=0, max_value=400),
        newlines=st.lists(st.integers(min_value=0, max_value=600), max_size=40))
-def test_line_starts_in_c_are_those_of_a_split_and_none_where_a_byte_is_not_ascii(data, at, newlines):
+def test_line_starts_in_c_are_those_of_a_split_and_none_where_a_byte_is_not_ascii_or_a_cr(data, at, newlines):
     """C finds the lines 64 bytes at a time: newlines on each side of a chunk's edge, a non-ASCII
-    byte in a chunk or in the tail after the last."""
+    byte or a CR in a chunk or in the tail after the last."""
     import pyarrow as pa
 
-    text = bytearray(data.decode("latin-1").encode("ascii", "replace") * 2)
+    text = bytearray(data.decode("latin-1").encode("ascii", "replace").replace(b"\r", b"?") * 2)
     for i in newlines:
         if i < len(text):
             text[i] = 10
-    for block in (bytes(text), bytes(text[:at]) + data + bytes(text[at:])):
-        starts = lines._split_c.ascii_line_starts(pa.py_buffer(block))
-        if not block.isascii():
+    for block in (bytes(text), bytes(text[:at]) + data + bytes(text[at:]), bytes(text[:at]) + b"\r" + bytes(text[at:])):
+        starts = lines._split_c.plain_line_starts(pa.py_buffer(block))
+        if not block.isascii() or b"\r" in block:
             assert starts is None
             continue
         want = [0] + [i + 1 for i, b in enumerate(block) if b == 10]
