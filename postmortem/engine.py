@@ -13,13 +13,15 @@ and confidence; with none, the most severe symptom.
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import json
 import logging
 import re
 import string
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import duckdb
@@ -210,12 +212,10 @@ def match(con: duckdb.DuckDBPyConnection, run_id: str, signatures: list[Signatur
     ``calibrate`` sets each finding's fitted confidence before the ranking reads it."""
     found = []
     with shared_results():
-        for sig in signatures:
-            try:
-                rows = evidence_rows(con, sig, run_id)
-            except Refused as exc:  # not broken but hostile: the analysis stops and says which file
+        for sig, rows, exc in _evidence_of_each(con, run_id, signatures):
+            if isinstance(exc, Refused):  # not broken but hostile: the analysis stops and says which file
                 raise PostmortemError(f"Signature {sig.origin} ({sig.id}) was refused: {exc}.") from exc
-            except Exception as exc:  # a broken user signature must not stop the others
+            if exc is not None:  # a broken user signature must not stop the others
                 log.warning("signature %s failed: %s", sig.id, exc)
                 if problems is not None:
                     problems.append((sig.origin if sig.origin != "built-in" else sig.id, f"failed: {exc}"))
@@ -225,6 +225,31 @@ def match(con: duckdb.DuckDBPyConnection, run_id: str, signatures: list[Signatur
     for finding in found if calibrate else ():
         calibrate(finding)
     return rank_findings(found)
+
+
+# Signatures queried at once: DuckDB runs a query without the GIL, so one signature's Python (a
+# check's loops, planning) runs beside another's query (the 64-rank job's 20: 0.30 -> 0.22 s).
+MATCH_THREADS = 2
+
+
+def _evidence_of_each(con: duckdb.DuckDBPyConnection, run_id: str,
+                      signatures: list[Signature]) -> Iterator[tuple[Signature, list[dict] | None, Exception | None]]:
+    """Each signature's evidence rows, or what it raised, in the signatures' order: each on a
+    cursor of its own (a connection to the same database, sandboxed as it is), in the caller's
+    context (``shared_results``)."""
+    context = contextvars.copy_context()
+
+    def of(sig: Signature) -> tuple[Signature, list[dict] | None, Exception | None]:
+        cursor = con.cursor()
+        try:
+            return sig, context.copy().run(evidence_rows, cursor, sig, run_id), None
+        except Exception as exc:  # (told apart by the caller, in the signatures' order)
+            return sig, None, exc
+        finally:
+            cursor.close()
+
+    with ThreadPoolExecutor(MATCH_THREADS, thread_name_prefix="signature") as pool:
+        yield from pool.map(of, signatures)
 
 
 def verdict(findings: list[Finding]) -> Finding | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from threading import Lock
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -18,7 +19,8 @@ _SHARED: ContextVar[dict | None] = ContextVar("shared_results", default=None)
 @contextmanager
 def shared_results() -> Iterator[None]:
     """Within this block (one matching of one run), what several checks derive alike from the
-    run (the collective alignment: three checks, seconds on 512 ranks) is computed once."""
+    run (the collective alignment: three checks, seconds on 512 ranks) is computed once, also by
+    checks run on threads beside one another (each in a copy of this context: ``engine.match``)."""
     token = _SHARED.set({})
     try:
         yield
@@ -26,12 +28,29 @@ def shared_results() -> Iterator[None]:
         _SHARED.reset(token)
 
 
+class _Once:
+    """A value computed by the first to ask; the others asking meanwhile wait for it."""
+
+    def __init__(self) -> None:
+        self.lock, self.done, self.value = Lock(), False, None
+
+    def get(self, compute: Callable[[], T]) -> T:
+        with self.lock:
+            if not self.done:
+                self.value, self.done = compute(), True
+            return self.value
+
+
+_MEMO_LOCK = Lock()
+
+
 def once(key: tuple, compute: Callable[[], T]) -> T:
-    """``compute()``, or what it returned for ``key`` earlier in the same ``shared_results`` block.
-    Callers must not change what they get."""
+    """``compute()``, or what it returned for ``key`` earlier in the same ``shared_results`` block
+    (computed once however many threads ask at once; one that raised is computed again by the
+    next to ask). Callers must not change what they get."""
     memo = _SHARED.get()
     if memo is None:
         return compute()
-    if key not in memo:
-        memo[key] = compute()
-    return memo[key]
+    with _MEMO_LOCK:
+        entry = memo.setdefault(key, _Once())
+    return entry.get(compute)

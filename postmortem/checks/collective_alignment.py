@@ -546,8 +546,9 @@ def first_site(sites: dict[tuple[str, int], str], calls) -> str | None:
 
 def analyze(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Disagreement]:
     """Every disagreement the run's collectives show, the most telling first (computed once
-    per matching: see ``checks.shared_results``; don't change what it returns)."""
-    return list(once(("collective_alignment", id(con), run_id), lambda: _analyze(con, run_id)))
+    per matching: see ``checks.shared_results``; don't change what it returns). Keyed by the run:
+    the checks of one matching read its one database, each perhaps on a cursor of its own."""
+    return list(once(("collective_alignment", run_id), lambda: _analyze(con, run_id)))
 
 
 def _analyze(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Disagreement]:
