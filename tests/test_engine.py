@@ -156,3 +156,38 @@ def test_eval_command_prints_the_table_and_accuracy():
     assert result.exit_code == 0, result.output
     assert "rank_sigkill" in result.output and "all correct 2/2 (100%)" in result.output
     assert "top-1 1/1 (100%)" in result.output and "benign clean 1/1 (100%)" in result.output
+
+
+def test_a_result_checks_share_is_computed_once_while_signatures_are_matched_side_by_side():
+    """engine.match runs signatures on threads; the collective alignment three checks read must
+    still be computed once a matching (seconds at 512 ranks), and one that raised again."""
+    import contextvars
+    import threading
+    import time
+
+    from postmortem import checks
+
+    calls = []
+
+    def slow():
+        calls.append(threading.get_ident())
+        time.sleep(0.2)
+        return ["aligned"]
+
+    with checks.shared_results():
+        context = contextvars.copy_context()
+        got = []
+        threads = [threading.Thread(target=lambda: got.append(context.copy().run(checks.once, ("k",), slow)))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got == [["aligned"]] * 4 and len(calls) == 1
+
+        def fails():
+            raise RuntimeError("a query was interrupted")
+
+        with pytest.raises(RuntimeError):
+            checks.once(("broken",), fails)
+        assert checks.once(("broken",), lambda: "computed again") == "computed again"
