@@ -353,16 +353,16 @@ def _parse_frame(df: pl.DataFrame, own_rows: int, year: int, state: dict, last_t
 def _filled_times(ts: pl.Series, file_no: pl.Series, last_ts: datetime | None) -> pl.DataFrame:
     """``ts_ff`` (each line's time, or the last one before it in its file, else ``last_ts``) and
     ``ts_bf`` (or the next one after it in its file)."""
-    times = pl.DataFrame([ts.alias("ts"), file_no.alias("file")])
-    ts_ff, ts_bf = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
-    if file_no.len() and file_no[-1] > 0:  # (numbered in order: the last row's is the most)
-        # (files one after another: a time is carried only where it was the same file's)
-        timed_file = pl.when(pl.col("ts").is_not_null()).then(pl.col("file"))
-        ts_ff = pl.when(timed_file.forward_fill() == pl.col("file")).then(ts_ff)
-        ts_bf = pl.when(timed_file.backward_fill() == pl.col("file")).then(ts_bf)
+    files = file_no[-1] + 1 if file_no.len() else 1  # (numbered in order from 0: the last row's is the most)
+    # each file's rows filled apart (a time is carried only where it was the same file's): they lie
+    # one after another, each file's from where its number starts
+    bounds = file_no.search_sorted(pl.Series(range(1, files), dtype=file_no.dtype)).to_list() if files > 1 else []
+    parts = [ts.slice(start, end - start) for start, end in zip([0, *bounds], [*bounds, ts.len()])]
+    ts_ff = pl.concat([p.forward_fill() for p in parts]) if len(parts) > 1 else ts.forward_fill()
+    ts_bf = pl.concat([p.backward_fill() for p in parts]) if len(parts) > 1 else ts.backward_fill()
     if last_ts is not None:
-        ts_ff = ts_ff.fill_null(pl.lit(last_ts, dtype=pl.Datetime("us")))
-    return times.select(ts_ff.alias("ts_ff"), ts_bf.alias("ts_bf"))
+        ts_ff = ts_ff.fill_null(last_ts)
+    return pl.DataFrame([ts_ff.alias("ts_ff"), ts_bf.alias("ts_bf")])
 
 
 def _file_numbers(group: list[Read]) -> pl.Series | None:
