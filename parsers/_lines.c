@@ -618,8 +618,9 @@ static PyObject *glog_headers(PyObject *self, PyObject *args) {
     int bad = 0;
     const uint8_t *views = views_view.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (int k = 0; k < OUTPUTS; k++)  /* (NULL rows hold zeros, as a column Polars made would) */
-        memset(o[k], 0, (size_t)sizes[k]);
+    const int bitmaps[] = {FIRSTS, GLOG, SRC_AT_VALID, TS_VALID};
+    for (int k = 0; k < 4; k++)  /* (the bitmaps cleared; each line's values are written below) */
+        memset(o[bitmaps[k]], 0, (size_t)bits);
     const uint8_t *prev = NULL;
     int32_t prev_len = -1;  /* (-1: no line before) */
     struct header header = {0};
@@ -648,8 +649,14 @@ static PyObject *glog_headers(PyObject *self, PyObject *args) {
         /* a line of a run (the same head as the line before) has the same header: parsed once a run */
         if (new_run)
             header = parse_header(s, len, bracket ? close : -1, head_len, year);
-        if (!header.glog)
+        /* (a NULL row holds zeros, as a column Polars made would) */
+        ((int64_t *)o[SRC_AT])[i] = ((int64_t *)o[TS])[i] = 0;
+        if (!header.glog) {
+            memset(o[LEVELS] + 16 * i, 0, 16);
+            memset(o[MSGS] + 16 * i, 0, 16);
+            ((uint32_t *)o[SRC_END])[i] = 0;
             continue;
+        }
         set_bit(o[GLOG], i);
         sub_view(o[LEVELS] + 16 * i, view, s, header.start, header.start + 1);
         ((uint32_t *)o[SRC_END])[i] = (uint32_t)header.close;
