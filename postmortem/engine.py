@@ -228,7 +228,7 @@ def match(con: duckdb.DuckDBPyConnection, run_id: str, signatures: list[Signatur
 
 
 # Signatures queried at once: DuckDB runs a query without the GIL, so one signature's Python (a
-# check's loops, planning) runs beside another's query (the 64-rank job's 20: 0.30 -> 0.22 s).
+# check's loops, planning) runs beside another's query (the 64-rank job's 20: 0.30 -> 0.21 s).
 MATCH_THREADS = 2
 
 
@@ -248,8 +248,11 @@ def _evidence_of_each(con: duckdb.DuckDBPyConnection, run_id: str,
         finally:
             cursor.close()
 
-    with ThreadPoolExecutor(MATCH_THREADS, thread_name_prefix="signature") as pool:
+    pool = ThreadPoolExecutor(MATCH_THREADS, thread_name_prefix="signature")
+    try:
         yield from pool.map(of, signatures)
+    finally:  # (a refused signature stops the matching: the ones not begun are not run)
+        pool.shutdown(cancel_futures=True)
 
 
 def verdict(findings: list[Finding]) -> Finding | None:
