@@ -854,7 +854,202 @@ done:
     return result;
 }
 
+/* ---- a column's strings numbered (parsers/columns.py: dictionary) ---- */
+
+/* 64 x 64 -> 128-bit multiply, its halves folded (wyhash's "mum"). */
+static inline uint64_t mum(uint64_t a, uint64_t b) {
+#if defined(__SIZEOF_INT128__)
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+#else
+    uint64_t lo = a * b, hi = ((a >> 32) * (b >> 32)) + (((a >> 32) * (b & 0xffffffffULL)) >> 32)
+                  + (((a & 0xffffffffULL) * (b >> 32)) >> 32);
+    return lo ^ hi;
+#endif
+}
+
+static inline uint64_t read8(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline uint64_t read4(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+/* A hash of a string's bytes, wyhash's way (16 bytes a multiply, three lanes past 48): it only
+ * sorts strings into slots; two are the same string only where their bytes are. */
+static uint64_t string_hash(const uint8_t *p, int32_t len) {
+    const uint64_t s0 = 0xa0761d6478bd642fULL, s1 = 0xe7037ed1a0b428dbULL, s2 = 0x8ebc6af09c88c6e3ULL;
+    uint64_t seed = s0 ^ (uint64_t)len, a, b;
+    if (len <= 16) {
+        if (len >= 4) {
+            a = (read4(p) << 32) | read4(p + ((len >> 3) << 2));
+            b = (read4(p + len - 4) << 32) | read4(p + len - 4 - ((len >> 3) << 2));
+        } else if (len > 0) {
+            a = ((uint64_t)p[0] << 16) | ((uint64_t)p[len >> 1] << 8) | p[len - 1];
+            b = 0;
+        } else {
+            a = b = 0;
+        }
+    } else {
+        int32_t left = len;
+        if (left > 48) {
+            uint64_t lane1 = seed, lane2 = seed;
+            do {
+                seed = mum(read8(p) ^ s1, read8(p + 8) ^ seed);
+                lane1 = mum(read8(p + 16) ^ s2, read8(p + 24) ^ lane1);
+                lane2 = mum(read8(p + 32) ^ s0, read8(p + 40) ^ lane2);
+                p += 48;
+                left -= 48;
+            } while (left > 48);
+            seed ^= lane1 ^ lane2;
+        }
+        while (left > 16) {
+            seed = mum(read8(p) ^ s1, read8(p + 8) ^ seed);
+            p += 16;
+            left -= 16;
+        }
+        a = read8(p + left - 16);
+        b = read8(p + left - 8);
+    }
+    return mum(s1 ^ (uint64_t)len, mum(a ^ s1, b ^ seed));
+}
+
+/* view_dictionary(views, data, valid, offset, codes) -> firsts: for each string of a view column
+ * (Arrow string views ``views`` into the buffers ``data``; ``valid`` its validity bitmap, whose bit
+ * ``offset`` is the first string's, or None), writes into ``codes`` (writable, uint32 a string) its
+ * number among the distinct strings, numbered from 0 as they first appear (0 where NULL); returns
+ * each distinct string's first row (uint32), in the order of their numbers: columns.dictionary's
+ * numbering, in one pass and a hash table of the distinct strings alone (each string hashed once,
+ * compared whole only with a distinct one of the same hash and length). */
+static PyObject *view_dictionary(PyObject *self, PyObject *args) {
+    Py_buffer views_view, valid_view, codes_view;
+    PyObject *data_obj, *valid_obj, *codes_obj, *result = NULL;
+    Py_ssize_t offset;
+    int have_valid = 0, have_codes = 0;
+    if (!PyArg_ParseTuple(args, "y*O!OnO", &views_view, &PyTuple_Type, &data_obj, &valid_obj, &offset, &codes_obj))
+        return NULL;
+    Py_ssize_t buffers = PyTuple_GET_SIZE(data_obj), got = 0, n = views_view.len / 16;
+    Py_buffer *data = PyMem_Calloc(buffers ? buffers : 1, sizeof(Py_buffer));
+    /* (the raw allocator: the tables grow where the GIL is let go) */
+    uint32_t *table = NULL, *first = NULL;  /* a slot: 1 + a distinct string's number, 0 where empty */
+    uint64_t *hashes = NULL;                /* each distinct string's hash */
+    if (!data) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < buffers; got++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(data_obj, got), &data[got], PyBUF_SIMPLE) < 0)
+            goto done;
+    }
+    if (valid_obj != Py_None) {
+        if (PyObject_GetBuffer(valid_obj, &valid_view, PyBUF_SIMPLE) < 0)
+            goto done;
+        have_valid = 1;
+    }
+    if (PyObject_GetBuffer(codes_obj, &codes_view, PyBUF_WRITABLE) < 0)
+        goto done;
+    have_codes = 1;
+    if (views_view.len % 16 || n >= UINT32_MAX / 4 || offset < 0 || codes_view.len != n * 4
+        || (have_valid && valid_view.len < (offset + n + 7) / 8)) {
+        PyErr_SetString(PyExc_ValueError, "view_dictionary: views of 16 bytes, a validity bit and a uint32 code each");
+        goto done;
+    }
+    Py_ssize_t size = 1024, distinct = 0, capacity = 256;
+    table = PyMem_RawCalloc((size_t)size, 4);
+    first = PyMem_RawMalloc((size_t)capacity * 4);
+    hashes = PyMem_RawMalloc((size_t)capacity * 8);
+    if (!table || !first || !hashes) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint32_t *code = codes_view.buf;
+    const uint8_t *views = views_view.buf, *valid = have_valid ? valid_view.buf : NULL;
+    int bad = 0, no_memory = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        code[i] = 0;
+        if (valid && !(valid[(offset + i) >> 3] >> ((offset + i) & 7) & 1))
+            continue;
+        const uint8_t *view = views + 16 * i;
+        int32_t len;
+        memcpy(&len, view, 4);
+        const uint8_t *bytes = len < 0 ? NULL : view_bytes(view, data, buffers, len);
+        if (!bytes) {
+            bad = 1;
+            break;
+        }
+        uint64_t h = string_hash(bytes, len);
+        Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(size - 1));
+        for (;; slot = (slot + 1) & (size - 1)) {
+            uint32_t held = table[slot];
+            if (!held)
+                break;
+            if (hashes[held - 1] != h)
+                continue;
+            const uint8_t *other = views + 16 * first[held - 1];
+            int32_t other_len;
+            memcpy(&other_len, other, 4);
+            if (other_len == len && memcmp(view_bytes(other, data, buffers, len), bytes, (size_t)len) == 0)
+                break;
+        }
+        if (table[slot]) {
+            code[i] = table[slot] - 1;
+            continue;
+        }
+        if (distinct == capacity) {
+            uint32_t *more_first = PyMem_RawRealloc(first, (size_t)capacity * 2 * 4);
+            if (more_first)
+                first = more_first;
+            uint64_t *more_hashes = more_first ? PyMem_RawRealloc(hashes, (size_t)capacity * 2 * 8) : NULL;
+            if (!more_hashes) {
+                no_memory = 1;
+                break;
+            }
+            hashes = more_hashes;
+            capacity *= 2;
+        }
+        first[distinct] = (uint32_t)i;
+        hashes[distinct] = h;
+        code[i] = (uint32_t)distinct;
+        table[slot] = (uint32_t)++distinct;
+        if (distinct * 2 > size) {  /* (half full at most: the table doubles, each string slotted again) */
+            uint32_t *bigger = PyMem_RawCalloc((size_t)size * 2, 4);
+            if (!bigger) {
+                no_memory = 1;
+                break;
+            }
+            size *= 2;
+            for (Py_ssize_t d = 0; d < distinct; d++) {
+                Py_ssize_t at = (Py_ssize_t)(hashes[d] & (uint64_t)(size - 1));
+                while (bigger[at])
+                    at = (at + 1) & (size - 1);
+                bigger[at] = (uint32_t)d + 1;
+            }
+            PyMem_RawFree(table);
+            table = bigger;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (no_memory)
+        PyErr_NoMemory();
+    else if (bad)
+        PyErr_SetString(PyExc_ValueError, "view_dictionary: a view outside its buffer");
+    else
+        result = PyBytes_FromStringAndSize((const char *)first, distinct * 4);
+done:
+    PyMem_RawFree(table);
+    PyMem_RawFree(first);
+    PyMem_RawFree(hashes);
+    if (have_valid)
+        PyBuffer_Release(&valid_view);
+    if (have_codes)
+        PyBuffer_Release(&codes_view);
+    for (Py_ssize_t k = 0; k < got; k++)
+        PyBuffer_Release(&data[k]);
+    PyMem_Free(data);
+    PyBuffer_Release(&views_view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"view_dictionary", view_dictionary, METH_VARARGS,
+     "view_dictionary(views, data, valid, offset, codes) -> each distinct string's first row; its number into codes"},
     {"row_ids", row_ids, METH_VARARGS, "row_ids(columns) -> uint32 number a row, equal for equal rows"},
     {"stream_blocks", stream_blocks, METH_VARARGS, "stream_blocks(streams, starts) -> (firsts, offsets, order)"},
     {"plain_line_starts", plain_line_starts, METH_VARARGS,
