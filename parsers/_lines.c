@@ -484,6 +484,14 @@ static inline const uint8_t *view_bytes(const uint8_t *view, const Py_buffer *da
     return (const uint8_t *)data[buffer].buf + offset;
 }
 
+/* The bytes of string i of a view array (its views ``views``, its data buffers ``data``), its length
+ * in *len; NULL where the view points outside its buffers. */
+static inline const uint8_t *string_at(const uint8_t *views, Py_ssize_t i, const Py_buffer *data, Py_ssize_t buffers,
+                                       int32_t *len) {
+    memcpy(len, views + 16 * i, 4);
+    return *len < 0 ? NULL : view_bytes(views + 16 * i, data, buffers, *len);
+}
+
 /* A view of bytes [from, to) of the string ``view`` shows (``bytes``, its bytes). */
 static inline void sub_view(uint8_t *out, const uint8_t *view, const uint8_t *bytes, int32_t from, int32_t to) {
     uint32_t buffer, offset;  /* (an inline string's are its bytes, unread: a part of it is inline too) */
@@ -559,6 +567,31 @@ static struct header parse_header(const uint8_t *s, int32_t len, int32_t close, 
     return h;
 }
 
+static void release_buffers(Py_buffer *held, Py_ssize_t count) {
+    for (Py_ssize_t k = 0; k < count; k++)
+        PyBuffer_Release(&held[k]);
+    PyMem_Free(held);
+}
+
+/* The buffers of ``tuple`` (a view array's data buffers), held (release_buffers lets them go), their
+ * number in *count; NULL with the error set, none held. */
+static Py_buffer *hold_buffers(PyObject *tuple, Py_ssize_t *count) {
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    Py_buffer *held = PyMem_Calloc(n ? n : 1, sizeof(Py_buffer));
+    if (!held) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tuple, k), &held[k], PyBUF_SIMPLE) < 0) {
+            release_buffers(held, k);
+            return NULL;
+        }
+    }
+    *count = n;
+    return held;
+}
+
 enum { HEADS, FIRSTS, GLOG, LEVELS, SRC_AT, SRC_AT_VALID, SRC_END, MSGS, TS, TS_VALID, OUTPUTS };
 
 /* glog_headers(views, data, year, outs) -> bytes: into ``outs`` (a tuple of writable buffers, one
@@ -580,18 +613,12 @@ static PyObject *glog_headers(PyObject *self, PyObject *args) {
     long long year;
     if (!PyArg_ParseTuple(args, "y*O!LO!", &views_view, &PyTuple_Type, &data_obj, &year, &PyTuple_Type, &outs_obj))
         return NULL;
-    Py_ssize_t buffers = PyTuple_GET_SIZE(data_obj), got = 0, held = 0;
-    Py_buffer *data = PyMem_Calloc(buffers ? buffers : 1, sizeof(Py_buffer));
+    Py_ssize_t buffers = 0, held = 0;
     PyObject *unknown = NULL;
     uint32_t *unknown_rows = NULL;
-    if (!data) {
-        PyErr_NoMemory();
+    Py_buffer *data = hold_buffers(data_obj, &buffers);
+    if (!data)
         goto done;
-    }
-    for (; got < buffers; got++) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(data_obj, got), &data[got], PyBUF_SIMPLE) < 0)
-            goto done;
-    }
     if (views_view.len % 16 || PyTuple_GET_SIZE(outs_obj) != OUTPUTS) {
         PyErr_SetString(PyExc_ValueError, "glog_headers: views of 16 bytes, and a buffer an output");
         goto done;
@@ -627,8 +654,7 @@ static PyObject *glog_headers(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         const uint8_t *view = views + 16 * i;
         int32_t len;
-        memcpy(&len, view, 4);
-        const uint8_t *s = len < 0 ? NULL : view_bytes(view, data, buffers, len);
+        const uint8_t *s = string_at(views, i, data, buffers, &len);
         if (!s) {
             bad = 1;
             break;
@@ -681,9 +707,8 @@ done:
     PyMem_Free(unknown_rows);
     for (Py_ssize_t k = 0; k < held; k++)
         PyBuffer_Release(&out_view[k]);
-    for (Py_ssize_t k = 0; k < got; k++)
-        PyBuffer_Release(&data[k]);
-    PyMem_Free(data);
+    if (data)
+        release_buffers(data, buffers);
     PyBuffer_Release(&views_view);
     return unknown;
 }
@@ -924,19 +949,13 @@ static PyObject *view_dictionary(PyObject *self, PyObject *args) {
     int have_valid = 0, have_codes = 0;
     if (!PyArg_ParseTuple(args, "y*O!OnO", &views_view, &PyTuple_Type, &data_obj, &valid_obj, &offset, &codes_obj))
         return NULL;
-    Py_ssize_t buffers = PyTuple_GET_SIZE(data_obj), got = 0, n = views_view.len / 16;
-    Py_buffer *data = PyMem_Calloc(buffers ? buffers : 1, sizeof(Py_buffer));
+    Py_ssize_t buffers = 0, n = views_view.len / 16;
     /* (the raw allocator: the tables grow where the GIL is let go) */
     uint32_t *table = NULL, *first = NULL;  /* a slot: 1 + a distinct string's number, 0 where empty */
     uint64_t *hashes = NULL;                /* each distinct string's hash */
-    if (!data) {
-        PyErr_NoMemory();
+    Py_buffer *data = hold_buffers(data_obj, &buffers);
+    if (!data)
         goto done;
-    }
-    for (; got < buffers; got++) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(data_obj, got), &data[got], PyBUF_SIMPLE) < 0)
-            goto done;
-    }
     if (valid_obj != Py_None) {
         if (PyObject_GetBuffer(valid_obj, &valid_view, PyBUF_SIMPLE) < 0)
             goto done;
@@ -966,10 +985,8 @@ static PyObject *view_dictionary(PyObject *self, PyObject *args) {
         code[i] = 0;
         if (valid && !(valid[(offset + i) >> 3] >> ((offset + i) & 7) & 1))
             continue;
-        const uint8_t *view = views + 16 * i;
         int32_t len;
-        memcpy(&len, view, 4);
-        const uint8_t *bytes = len < 0 ? NULL : view_bytes(view, data, buffers, len);
+        const uint8_t *bytes = string_at(views, i, data, buffers, &len);
         if (!bytes) {
             bad = 1;
             break;
@@ -1040,9 +1057,8 @@ done:
         PyBuffer_Release(&valid_view);
     if (have_codes)
         PyBuffer_Release(&codes_view);
-    for (Py_ssize_t k = 0; k < got; k++)
-        PyBuffer_Release(&data[k]);
-    PyMem_Free(data);
+    if (data)
+        release_buffers(data, buffers);
     PyBuffer_Release(&views_view);
     return result;
 }
