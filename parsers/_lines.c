@@ -103,6 +103,18 @@ static inline uint64_t newline_mask(const uint8_t *p, int *not_plain) {
 }
 #endif
 
+/* ``starts`` with room for ``need`` offsets (doubled as it fills), or NULL (out of memory: freed). */
+static int64_t *room_for(int64_t *starts, Py_ssize_t *capacity, Py_ssize_t need) {
+    if (need <= *capacity)
+        return starts;
+    while (*capacity < need)
+        *capacity *= 2;
+    int64_t *more = PyMem_RawRealloc(starts, (size_t)*capacity * 8);
+    if (!more)
+        PyMem_RawFree(starts);
+    return more;
+}
+
 static Py_ssize_t plain_starts(const uint8_t *data, int64_t size, int64_t **out) {
     Py_ssize_t n = 0, capacity = size / 64 + 64;
     int64_t *starts = PyMem_RawMalloc((size_t)capacity * 8);
@@ -112,15 +124,8 @@ static Py_ssize_t plain_starts(const uint8_t *data, int64_t size, int64_t **out)
     int not_plain = 0;
     int64_t at = 0;
     for (; at + 64 <= size; at += 64) {
-        if (n + 64 > capacity) {  /* (a chunk ends 64 lines at most) */
-            capacity *= 2;
-            int64_t *more = PyMem_RawRealloc(starts, (size_t)capacity * 8);
-            if (!more) {
-                PyMem_RawFree(starts);
-                return -2;
-            }
-            starts = more;
-        }
+        if (!(starts = room_for(starts, &capacity, n + 64)))  /* (a chunk ends 64 lines at most) */
+            return -2;
         for (uint64_t mask = newline_mask(data + at, &not_plain); mask; mask &= mask - 1)
             starts[n++] = at + __builtin_ctzll(mask) + 1;
         if (not_plain) {
@@ -128,14 +133,8 @@ static Py_ssize_t plain_starts(const uint8_t *data, int64_t size, int64_t **out)
             return -1;
         }
     }
-    if (n + 64 > capacity) {
-        int64_t *more = PyMem_RawRealloc(starts, (size_t)(n + 64) * 8);
-        if (!more) {
-            PyMem_RawFree(starts);
-            return -2;
-        }
-        starts = more;
-    }
+    if (!(starts = room_for(starts, &capacity, n + 64)))  /* (and the tail, under 64 bytes) */
+        return -2;
     for (; at < size; at++) {
         if ((data[at] & 0x80) || data[at] == '\r') {
             PyMem_RawFree(starts);

@@ -1,7 +1,8 @@
 """Helpers for columns of log lines that several parsers share, knowing nothing of any format:
 a column's distinct values numbered once (``dictionary``), and a regex tested once a distinct
 value (``contains_per_value``): a rank's log repeats its lines (28,000 INFO lines of a pair of
-16 MB rank logs hold 76 messages), and a repeated line is then worked on once.
+16 MB rank logs hold 76 messages), and a repeated line is then worked on once; and columns on
+the memory C (parsers/_lines.c) writes or reads (``arrow_column``, ``from_buffer``, ``values_of``).
 """
 
 from __future__ import annotations
@@ -26,17 +27,47 @@ def dictionary(values: pl.Series) -> tuple[pl.Series, pl.Series]:
     return _numbered_by_polars(values)
 
 
+def arrow_column(kind: pa.DataType, n: int, values: pa.Buffer, valid: pa.Buffer | None = None,
+                 *data: pa.Buffer) -> pl.Series:
+    """A column of ``n`` values of ``kind`` standing on Arrow memory C wrote (``values``, ``valid`` its
+    validity bitmap; string views: into ``data``), not a copy of it."""
+    return pl.from_arrow(pa.Array.from_buffers(kind, n, [valid, values, *data]))
+
+
+def from_buffer(kind: pa.DataType, n: int, values: bytes, data: pa.Buffer | None = None) -> pl.Series:
+    """A column of ``n`` values of ``kind`` laid out in ``values`` (bytes C returned; string views:
+    into ``data``), on a copy of them in Arrow memory (``arrow_owned``)."""
+    return arrow_column(kind, n, arrow_owned(values), None, *([data] if data is not None else []))
+
+
+def arrow_owned(data: bytes) -> pa.Buffer:
+    """A copy of ``data`` in memory pyarrow allocated (0.8 ms for 16 MB), for a column to stand on.
+    Not the bytes object itself: Polars may drop a column on a thread of its own pool while this
+    thread, holding the GIL, waits for that pool; a buffer of Python's would need the GIL to be
+    released, and both would wait for ever (seen: a worker stuck pickling its frames)."""
+    buffer = pa.allocate_buffer(len(data))
+    memoryview(buffer).cast("B")[:] = data
+    return buffer
+
+
+def values_of(column: pl.Series) -> pa.Buffer:
+    """The values of a numeric column without NULLs, as the bytes C reads."""
+    array = column.to_arrow()
+    width = array.type.byte_width
+    return array.buffers()[1][array.offset * width:(array.offset + len(array)) * width]
+
+
 def _strings_numbered_in_c(values: pl.Series) -> tuple[pl.Series, pl.Series]:
     array = values.to_arrow(compat_level=pl.CompatLevel.newest())  # (string views, as Polars holds them)
     n, offset = len(array), array.offset
     buffers = array.buffers()
-    codes = pa.allocate_buffer(4 * n)  # (Arrow memory the column then stands on: see lines.arrow_owned)
+    codes = pa.allocate_buffer(4 * n)  # (Arrow memory the column then stands on: see arrow_owned)
     firsts = _numbering_c.view_dictionary(buffers[1][offset * 16:(offset + n) * 16], tuple(buffers[2:]), buffers[0],
                                           offset, codes)
-    numbers = pl.from_arrow(pa.Array.from_buffers(pa.uint32(), n, [None, codes])).alias(values.name)
+    numbers = arrow_column(pa.uint32(), n, codes).alias(values.name)
     if values.null_count():
         numbers = numbers.scatter(values.is_null().arg_true(), None)
-    return numbers, values.gather(pl.Series(memoryview(firsts).cast("I").tolist(), dtype=pl.UInt32))
+    return numbers, values.gather(from_buffer(pa.uint32(), len(firsts) // 4, firsts))
 
 
 def _numbered_by_polars(values: pl.Series) -> tuple[pl.Series, pl.Series]:

@@ -47,8 +47,8 @@ import pyarrow as pa
 from postmortem.schema import conform, frame
 
 from . import scan
-from .columns import dictionary
-from .lines import extract_groups, following, from_buffer, header_source, key_ids, values_of
+from .columns import dictionary, from_buffer, values_of
+from .lines import extract_groups, following, header_source, key_ids
 from .runtime import TRACEBACK_FRAME, is_user_frame
 
 try:  # the grouping of lines into records, in C (parsers/_lines.c), built where a compiler was at install

@@ -34,7 +34,7 @@ import polars as pl
 import pyarrow as pa
 
 from . import scan
-from .columns import dictionary
+from .columns import arrow_column, arrow_owned, dictionary, from_buffer, values_of
 
 try:  # the C part of splitting (parsers/_lines.c), built where a compiler was at install
     from . import _lines as _split_c
@@ -388,32 +388,9 @@ def _ascii_frame(block: pa.Buffer, starts_buf: bytes, first_line_no: int) -> tup
                            MAX_LINE_CHARS)
     # what each prefix says, found once a prefix
     rank, tee = (c.gather(number) for c in _prefix_fields(prefixes))
-    text = pl.from_arrow(pa.Array.from_buffers(pa.string_view(), n, [None, texts, block]))
+    text = arrow_column(pa.string_view(), n, texts, None, block)
     return pl.DataFrame([pl.int_range(first_line_no, first_line_no + n, dtype=pl.Int64, eager=True).alias("line_no"),
                          rank.alias("rank"), tee.alias("tee"), text.alias("text")]), starts
-
-
-def from_buffer(kind: pa.DataType, n: int, values: bytes, data: pa.Buffer | None = None) -> pl.Series:
-    """A column of ``n`` values of ``kind`` laid out in ``values`` (what C made; string views: into ``data``)."""
-    buffers = [None, arrow_owned(values)] + ([data] if data is not None else [])
-    return pl.from_arrow(pa.Array.from_buffers(kind, n, buffers))
-
-
-def arrow_owned(data: bytes) -> pa.Buffer:
-    """A copy of ``data`` in memory pyarrow allocated (0.8 ms for 16 MB), for a column to stand on.
-    Not the bytes object itself: Polars may drop a column on a thread of its own pool while this
-    thread, holding the GIL, waits for that pool; a buffer of Python's would need the GIL to be
-    released, and both would wait for ever (seen: a worker stuck pickling its frames)."""
-    buffer = pa.allocate_buffer(len(data))
-    memoryview(buffer).cast("B")[:] = data
-    return buffer
-
-
-def values_of(column: pl.Series) -> pa.Buffer:
-    """The values of a numeric column without NULLs, as the bytes C reads."""
-    array = column.to_arrow()
-    width = array.type.byte_width
-    return array.buffers()[1][array.offset * width:(array.offset + len(array)) * width]
 
 
 def _sample_lines(data: bytes | pa.Buffer, starts: pl.Series) -> pl.Series:

@@ -50,7 +50,8 @@ import polars as pl
 import pyarrow as pa
 
 from . import detail, dynamo, horovod, memory, nccl, ncclras, progress, ranktime, runtime, scan
-from .lines import (CHUNK_BYTES, LineChunk, arrow_owned, blocks_of_lines, key_ids, line_chunks, read_line_chunks,
+from .columns import arrow_column, from_buffer
+from .lines import (CHUNK_BYTES, LineChunk, blocks_of_lines, key_ids, line_chunks, read_line_chunks,
                     read_whole, split_block)
 from .source import Source
 
@@ -196,26 +197,23 @@ def _native_runs(text: pl.Series, year: int) -> HeaderRuns:
     n, data = len(array), buffers[2:]
     views = buffers[1][array.offset * 16:(array.offset + n) * 16]
     # C writes into Arrow memory, which the columns stand on (a buffer Python owns would not do: see
-    # lines.arrow_owned): each output's bytes a line, a bitmap's rounded up
+    # columns.arrow_owned): each output's bytes a line, a bitmap's rounded up
     bits = (n + 7) // 8
     outs = (heads, firsts, glog, levels, src_at, src_at_valid, src_end, msgs, ts, ts_valid) = tuple(
         pa.allocate_buffer(size) for size in (16 * n, bits, bits, 16 * n, 8 * n, bits, 4 * n, 16 * n, 8 * n, bits))
     unknown = _headers_c.glog_headers(views, tuple(data), year, outs)
 
-    def column(kind: pa.DataType, values: pa.Buffer, valid: pa.Buffer | None, *more: pa.Buffer) -> pl.Series:
-        return pl.from_arrow(pa.Array.from_buffers(kind, n, [valid, values, *more]))
-
-    head = column(pa.string_view(), heads, None, *data)
-    first = column(pa.bool_(), firsts, None)
+    head = arrow_column(pa.string_view(), n, heads, None, *data)
+    first = arrow_column(pa.bool_(), n, firsts)
     fields = pl.DataFrame([
-        column(pa.string_view(), levels, glog).alias("_level"),
-        column(pa.timestamp("us"), ts, ts_valid).alias("_ts"),
-        column(pa.int64(), src_at, src_at_valid).alias("src_at"),
-        column(pa.uint32(), src_end, glog).alias("src_end"),
-        column(pa.string_view(), msgs, glog, *data).alias("_msg"),
+        arrow_column(pa.string_view(), n, levels, glog).alias("_level"),
+        arrow_column(pa.timestamp("us"), n, ts, ts_valid).alias("_ts"),
+        arrow_column(pa.int64(), n, src_at, src_at_valid).alias("src_at"),
+        arrow_column(pa.uint32(), n, src_end, glog).alias("src_end"),
+        arrow_column(pa.string_view(), n, msgs, glog, *data).alias("_msg"),
     ])
     if unknown:
-        rows = pl.from_arrow(pa.Array.from_buffers(pa.uint32(), len(unknown) // 4, [None, arrow_owned(unknown)]))
+        rows = from_buffer(pa.uint32(), len(unknown) // 4, unknown)
         stamps = _glog_fields(head.gather(rows).alias("text").to_frame(), year)["_ts"]
         fields = fields.with_columns(fields["_ts"].scatter(rows, stamps))
     return HeaderRuns(head, first, None if first.all() else first.cum_sum() - 1, fields)

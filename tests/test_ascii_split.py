@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal, assert_series_equal
 
-from postmortem.parsers import lines, scan
+from postmortem.parsers import columns, lines, scan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _split_in_c_alone(data: bytes, first_line_no: int = 1) -> tuple[pl.DataFrame, pl.Series]:
     """``lines._ascii_frame`` of ASCII ``data``, as ``lines.split_block`` calls it."""
     assert lines._split_c is not None, "parsers/_lines.c was not built at install (is a C compiler there?)"
-    block = lines.arrow_owned(data)
+    block = columns.arrow_owned(data)
     return lines._ascii_frame(block, lines._split_c.plain_line_starts(block), first_line_no)
 
 
