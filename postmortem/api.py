@@ -74,9 +74,12 @@ def analyze(path: str | Path, with_series: bool = False, **options) -> dict:
     parquet); ``with_series`` adds the per-step series the HTML report draws.
     """
     con, run_id, _ = ingest(path, **options)
-    report = summary.report(con, run_id)
-    if with_series:
-        report["series"] = summary.series(con, run_id)
+    try:
+        report = summary.report(con, run_id)
+        if with_series:
+            report["series"] = summary.series(con, run_id)
+    finally:
+        con.close()  # (the staging database: what spilled to its temporary files goes with it)
     return report
 
 

@@ -813,4 +813,30 @@ def history_run(run_id: str = typer.Argument(..., help="The run to look at."),
 
 
 def main() -> None:
-    app()
+    """The command, then a quick exit: once the verb has returned (its files closed, its output
+    written), the interpreter's own teardown (every module's objects freed one by one, Polars',
+    DuckDB's and pyarrow's pools wound down) costs ~0.08 s of a 3.5 s analysis and saves nothing:
+    the process's memory goes back to the system whole. Exit handlers still run (a pasted log's
+    temporary folder is removed, worker processes are joined), standard output is flushed."""
+    try:
+        app()
+    except SystemExit as exc:
+        _quick_exit(exc.code)
+    _quick_exit(0)
+
+
+def _quick_exit(code: int | str | None) -> None:
+    import atexit
+    import os
+
+    if isinstance(code, str):  # (as sys.exit would: the message on standard error, status 1)
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):  # (a reader gone: as Python itself exits then)
+        code = code or 120
+    os._exit(code or 0)
