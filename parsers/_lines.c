@@ -878,6 +878,182 @@ done:
     return result;
 }
 
+/* message_blocks(selected, messages, file_no, rank, rank_null, tee, emitter, art, art_null, cid, start)
+ * -> (firsts, offsets, members): dynamo's records (parsers/dynamo.py: _blocks) from a frame's rows
+ * in one pass, where the frame's columns would otherwise be filtered, gathered and numbered row
+ * by row. A row (each of these a row: uint32 unless said) is a line of a record where ``selected``
+ * (a byte); its message's number is ``messages``'; ``file_no``, ``rank`` with ``rank_null`` (a byte),
+ * ``tee`` (0, 1, or 2 for NULL) say where it was logged, ``emitter`` the number of the line of torch
+ * that logged it (UINT32_MAX: none). A message (each of these a message) has an artifact
+ * (``art``, its number; ``art_null``, a byte: it has none), a compile id (``cid``, its number) and
+ * a ``start`` byte: 0, it starts no block; 1, it starts one; 2, it starts one and is the head of
+ * the `Tensor.item()` warning; 3, it is that warning's tail, which starts a block only where the
+ * stream's last start before it is not such a head (else it continues the head's block). A
+ * selected row's stream: its file, rank, tee flag, its message's compile id and, where the message
+ * has no artifact and the row has an emitter, that emitter, else the artifact. Blocks as
+ * stream_blocks': ``firsts``, each block's start row (uint32),
+ * the blocks in the order they start; ``members``, the message numbers of each block's rows (uint32),
+ * block after block, in row order; ``offsets``, where each block's members begin (int64), and end. */
+#define MESSAGE_KEY 7
+static inline void message_key(uint32_t *key, Py_ssize_t i, const uint32_t *const *row, const uint8_t *rank_null,
+                               const uint32_t *messages, const uint32_t *art, const uint8_t *art_null,
+                               const uint32_t *cid) {
+    uint32_t m = messages[i];
+    int emitted = art_null[m] && row[3][i] != UINT32_MAX;
+    key[0] = row[0][i];  /* file_no */
+    key[1] = row[1][i];  /* rank */
+    key[2] = rank_null[i];
+    key[3] = row[2][i];  /* tee */
+    key[4] = cid[m];
+    key[5] = (uint32_t)emitted;
+    key[6] = emitted ? row[3][i] : art[m];
+}
+
+static PyObject *message_blocks(PyObject *self, PyObject *args) {
+    Py_buffer in[11];
+    int got = 0;
+    PyObject *firsts = NULL, *offsets = NULL, *members = NULL, *result = NULL;
+    uint32_t *stream = NULL, *table = NULL, *first_of = NULL;
+    int32_t *block = NULL, *current = NULL;
+    uint8_t *starts = NULL;
+    int8_t *after_head = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*", &in[0], &in[1], &in[2], &in[3], &in[4], &in[5], &in[6],
+                          &in[7], &in[8], &in[9], &in[10]))
+        return NULL;
+    got = 11;
+    Py_ssize_t n = in[0].len, k = in[8].len, blocks = 0, count = 0;
+    if (n >= INT32_MAX / 2 || in[1].len != 4 * n || in[2].len != 4 * n || in[3].len != 4 * n || in[4].len != n
+        || in[5].len != 4 * n || in[6].len != 4 * n || in[7].len != 4 * k || in[9].len != 4 * k || in[10].len != k) {
+        PyErr_SetString(PyExc_ValueError, "message_blocks: the rows' columns all as long, the messages' too");
+        goto done;
+    }
+    const uint8_t *selected = in[0].buf, *rank_null = in[4].buf, *art_null = in[8].buf, *start = in[10].buf;
+    const uint32_t *messages = in[1].buf, *art = in[7].buf, *cid = in[9].buf;
+    const uint32_t *const row[4] = {in[2].buf, in[3].buf, in[5].buf, in[6].buf};  /* file_no, rank, tee, emitter */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!selected[i])
+            continue;
+        if (messages[i] >= (uint64_t)k) {
+            PyErr_SetString(PyExc_ValueError, "message_blocks: a row's message is not one of the messages");
+            goto done;
+        }
+        count++;
+    }
+    Py_ssize_t size = 16;
+    while (size < 2 * count)
+        size <<= 1;
+    stream = PyMem_Malloc((size_t)(n ? n : 1) * 4);
+    block = PyMem_Malloc((size_t)(n ? n : 1) * 4);
+    first_of = PyMem_Malloc((size_t)(count ? count : 1) * 4);  /* each stream's first row */
+    current = PyMem_Malloc((size_t)(count ? count : 1) * 4);
+    table = PyMem_Calloc((size_t)size, 4);  /* each slot: 1 + a stream's number, 0 where empty */
+    starts = PyMem_Malloc((size_t)(n ? n : 1));
+    after_head = PyMem_Malloc((size_t)(count ? count : 1));  /* a stream's last start: an item() head */
+    if (!stream || !block || !first_of || !current || !table || !starts || !after_head) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint32_t streams = 0, key[MESSAGE_KEY], other[MESSAGE_KEY], previous[MESSAGE_KEY];
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t last = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {  /* each selected row's stream, numbered as they first appear */
+        if (!selected[i])
+            continue;
+        message_key(key, i, row, rank_null, messages, art, art_null, cid);
+        if (last >= 0 && memcmp(key, previous, sizeof key) == 0) {  /* (a record's rows follow one another) */
+            stream[i] = stream[last];
+            last = i;
+            continue;
+        }
+        uint64_t h = 0x9e3779b97f4a7c15ULL;
+        for (int c = 0; c < MESSAGE_KEY; c++)
+            h = mix(h ^ key[c]);
+        for (Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(size - 1));; slot = (slot + 1) & (size - 1)) {
+            uint32_t held = table[slot];
+            if (!held) {
+                first_of[streams] = (uint32_t)i;
+                table[slot] = ++streams;
+                stream[i] = streams - 1;
+                break;
+            }
+            message_key(other, first_of[held - 1], row, rank_null, messages, art, art_null, cid);
+            if (memcmp(key, other, sizeof key) == 0) {
+                stream[i] = held - 1;
+                break;
+            }
+        }
+        memcpy(previous, key, sizeof key);
+        last = i;
+    }
+    memset(after_head, 0, (size_t)(count ? count : 1));
+    for (Py_ssize_t i = 0; i < n; i++) {  /* which rows start a block */
+        starts[i] = 0;
+        if (!selected[i])
+            continue;
+        uint8_t kind = start[messages[i]];
+        if (kind == 1 || kind == 2)
+            after_head[stream[i]] = kind == 2;
+        starts[i] = kind == 1 || kind == 2 || (kind == 3 && !after_head[stream[i]]);
+        blocks += starts[i];
+    }
+    Py_END_ALLOW_THREADS
+    firsts = PyBytes_FromStringAndSize(NULL, blocks * 4);
+    offsets = PyBytes_FromStringAndSize(NULL, (blocks + 1) * 8);
+    if (!firsts || !offsets)
+        goto done;
+    uint32_t *first = (uint32_t *)PyBytes_AS_STRING(firsts);
+    int64_t *offset = (int64_t *)PyBytes_AS_STRING(offsets);
+    memset(offset, 0, (size_t)(blocks + 1) * 8);
+    Py_ssize_t members_n = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (uint32_t s = 0; s < streams; s++)
+        current[s] = -1;
+    int32_t b = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {  /* each row's block, and how many rows each has */
+        block[i] = -1;
+        if (!selected[i])
+            continue;
+        if (starts[i]) {
+            first[b] = (uint32_t)i;
+            current[stream[i]] = b++;
+        }
+        block[i] = current[stream[i]];
+        if (block[i] >= 0) {
+            offset[block[i] + 1]++;
+            members_n++;
+        }
+    }
+    for (Py_ssize_t j = 0; j < blocks; j++)
+        offset[j + 1] += offset[j];
+    Py_END_ALLOW_THREADS
+    members = PyBytes_FromStringAndSize(NULL, members_n * 4);
+    if (!members)
+        goto done;
+    uint32_t *placed = (uint32_t *)PyBytes_AS_STRING(members);
+    for (Py_ssize_t i = 0; i < n; i++) {  /* (offset[j] moves to block j's end as its rows are placed) */
+        if (block[i] >= 0)
+            placed[offset[block[i]]++] = messages[i];
+    }
+    for (Py_ssize_t j = blocks; j > 0; j--)  /* (and back to its beginning) */
+        offset[j] = offset[j - 1];
+    offset[0] = 0;
+    result = Py_BuildValue("(OOO)", firsts, offsets, members);
+done:
+    Py_XDECREF(firsts);
+    Py_XDECREF(offsets);
+    Py_XDECREF(members);
+    PyMem_Free(stream);
+    PyMem_Free(block);
+    PyMem_Free(first_of);
+    PyMem_Free(current);
+    PyMem_Free(table);
+    PyMem_Free(starts);
+    PyMem_Free(after_head);
+    for (int j = 0; j < got; j++)
+        PyBuffer_Release(&in[j]);
+    return result;
+}
+
 /* ---- a column's strings numbered (parsers/columns.py: dictionary) ---- */
 
 /* 64 x 64 -> 128-bit multiply, its halves folded (wyhash's "mum"). */
@@ -1067,6 +1243,9 @@ static PyMethodDef methods[] = {
      "view_dictionary(views, data, valid, offset, codes) -> each distinct string's first row; its number into codes"},
     {"row_ids", row_ids, METH_VARARGS, "row_ids(columns) -> uint32 number a row, equal for equal rows"},
     {"stream_blocks", stream_blocks, METH_VARARGS, "stream_blocks(streams, starts) -> (firsts, offsets, order)"},
+    {"message_blocks", message_blocks, METH_VARARGS,
+     "message_blocks(selected, messages, file_no, rank, rank_null, tee, emitter, art, art_null, cid, start)"
+     " -> (firsts, offsets, members)"},
     {"plain_line_starts", plain_line_starts, METH_VARARGS,
      "plain_line_starts(block) -> int64 offsets of the lines' starts, None if a byte is not ASCII or a CR"},
     {"tag_views", tag_views, METH_VARARGS,

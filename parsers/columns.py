@@ -16,15 +16,21 @@ except ImportError:  # pragma: no cover (CI builds it; tests/test_columns.py fai
     _numbering_c = None
 
 
-def dictionary(values: pl.Series) -> tuple[pl.Series, pl.Series]:
+def dictionary(values: pl.Series, where: pl.Series | None = None) -> tuple[pl.Series, pl.Series]:
     """Each of ``values`` numbered (uint32: 0, 1, ... as distinct values first appear; NULL stays NULL),
     and the distinct values in the order of their numbers: the codes of a dictionary of their own,
     made in one pass over them (a value repeated on thousands of lines is then worked on once).
+    ``where`` (Boolean, NULL as False): only those rows are numbered, the others are NULL (as
+    ``dictionary(values.filter(where))`` scattered back, without the filtered copy).
     Strings are numbered in C, by a hash table of the distinct ones (175,000 dynamo lines of 71
     messages: 5.6 -> 2.7 ms); Polars' categorical cast, the reference, numbers the rest."""
     if _numbering_c is not None and values.dtype == pl.String:
-        return _strings_numbered_in_c(values)
-    return _numbered_by_polars(values)
+        return _strings_numbered_in_c(values, where)
+    if where is None:
+        return _numbered_by_polars(values)
+    where = where.fill_null(False)
+    codes, distinct = _numbered_by_polars(values.filter(where))
+    return pl.repeat(None, values.len(), dtype=pl.UInt32, eager=True).scatter(where.arg_true(), codes), distinct
 
 
 def arrow_column(kind: pa.DataType, n: int, values: pa.Buffer, valid: pa.Buffer | None = None,
@@ -57,16 +63,21 @@ def values_of(column: pl.Series) -> pa.Buffer:
     return array.buffers()[1][array.offset * width:(array.offset + len(array)) * width]
 
 
-def _strings_numbered_in_c(values: pl.Series) -> tuple[pl.Series, pl.Series]:
+def _strings_numbered_in_c(values: pl.Series, where: pl.Series | None = None) -> tuple[pl.Series, pl.Series]:
     array = values.to_arrow(compat_level=pl.CompatLevel.newest())  # (string views, as Polars holds them)
     n, offset = len(array), array.offset
     buffers = array.buffers()
+    valid, skipped = buffers[0], values.is_null() if values.null_count() else None
+    if where is not None:  # (the rows numbered: those of a value, where wanted; C skips the others as NULLs)
+        taken = where.fill_null(False) if skipped is None else where.fill_null(False) & ~skipped
+        bits = taken.to_arrow()
+        valid, offset, skipped = bits.buffers()[1], bits.offset, ~taken
     codes = pa.allocate_buffer(4 * n)  # (Arrow memory the column then stands on: see arrow_owned)
-    firsts = _numbering_c.view_dictionary(buffers[1][offset * 16:(offset + n) * 16], tuple(buffers[2:]), buffers[0],
-                                          offset, codes)
+    firsts = _numbering_c.view_dictionary(buffers[1][array.offset * 16:(array.offset + n) * 16], tuple(buffers[2:]),
+                                          valid, offset, codes)
     numbers = arrow_column(pa.uint32(), n, codes).alias(values.name)
-    if values.null_count():
-        numbers = numbers.scatter(values.is_null().arg_true(), None)
+    if skipped is not None and skipped.any():
+        numbers = numbers.scatter(skipped.arg_true(), None)
     return numbers, values.gather(from_buffer(pa.uint32(), len(firsts) // 4, firsts))
 
 

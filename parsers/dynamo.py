@@ -643,6 +643,66 @@ def _streams(dyn: pl.DataFrame, said: pl.DataFrame) -> pl.Series:
     return from_buffer(pa.uint32(), len(m), _records_c.row_ids(tuple(values_of(p.cast(pl.UInt32)) for p in parts)))
 
 
+def _blocks_in_one_pass(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """``_blocks(*_dynamo_lines(df))`` with the lines' streams and blocks found by C in one pass over
+    the frame's rows (``message_blocks``), where ``_dynamo_lines`` and ``_blocks`` filter, gather and
+    number its 170,000 dynamo lines a column at a time (a pair of 16 MB TORCH_LOGS rank logs: 20 ->
+    8 ms); what a message says is still worked out once a message (``_message_fields``). None where
+    C was not built, where no line has a glog header, or where a header-less line is an anchor
+    (``_headless``: PyTorch 2.0-2.3's own header, explain()'s printout), which only the general path
+    reads: ``tests/test_dynamo_parser.py`` holds the two paths equal."""
+    if _records_c is None:
+        return None
+    has_header = df["src_at"].is_not_null()
+    selected = (df["wanted"] & has_header).fill_null(False)
+    if not selected.any():
+        return None
+    headless = df.select("text").filter(df["wanted"] & ~has_header)
+    if headless.height and _anchored(headless):
+        return None
+    codes, distinct = dictionary(df["msg"], selected)
+    if codes.null_count() != selected.len() - selected.sum():  # (a line without a message: the general path)
+        return None
+    said = _message_fields(distinct.alias("msg").to_frame()).select("cid", "art", "kind", "body")
+    untagged = said["art"].is_null()
+    emitter = pl.repeat(_NO_EMITTER, df.height, dtype=pl.UInt32, eager=True)
+    if untagged.any():  # (the few lines without an artifact tag: each its emitting line of torch, numbered)
+        rows = (selected & untagged.gather(codes).fill_null(False)).arg_true()
+        src = header_source(df.select(pl.col("text", "src_at", "src_end").gather(rows)))["src"]
+        logged = src.is_not_null()
+        emitter = emitter.scatter(rows.filter(logged), dictionary(src.filter(logged))[0])
+    rank = df["rank"]
+    firsts, offsets, members = _records_c.message_blocks(
+        values_of(selected.cast(pl.UInt8)), values_of(codes), values_of(df["file_no"].cast(pl.UInt32)),
+        values_of(rank.fill_null(0).reinterpret(signed=False)), values_of(rank.is_null().cast(pl.UInt8)),
+        values_of(df["tee"].cast(pl.UInt32).fill_null(2)), values_of(emitter),
+        values_of(_numbers(said["art"])), values_of(untagged.cast(pl.UInt8)), values_of(_numbers(said["cid"])),
+        values_of(_starts(said)))
+    at = from_buffer(pa.uint32(), len(firsts) // 4, firsts)
+    started = codes.gather(at)
+    messages = pa.LargeListArray.from_arrays(from_buffer(pa.int64(), len(offsets) // 8, offsets).to_arrow(),
+                                             from_buffer(pa.uint32(), len(members) // 4, members).to_arrow())
+    blocks = df.select(pl.col("file", "rank", "line_no", "row").gather(at),
+                       pl.coalesce("ts", "ts_ff").gather(at).alias("when")).with_columns(
+        said["kind"].gather(started).alias("kind"), said["cid"].gather(started).alias("cid"),
+        pl.from_arrow(messages).cast(pl.List(pl.UInt32)).alias("_m"))
+    return blocks, said
+
+
+_NO_EMITTER = (1 << 32) - 1  # (message_blocks: a line without an emitting line of torch)
+
+
+def _starts(said: pl.DataFrame) -> pl.Series:
+    """Whether each message starts a block, as ``message_blocks`` reads it (a byte): 0 no, 1 yes, 2 yes
+    and it is the `Tensor.item()` warning's head, 3 it is that warning's tail (``_blocks``: a block
+    only where the head before it in its stream was cut off)."""
+    kind = pl.col("kind")
+    return said.select(
+        pl.when(kind.is_null()).then(0).when(kind == "item_tail").then(3)
+        .when(pl.col("body").str.starts_with("Graph break from `Tensor.item()`")).then(2).otherwise(1)
+        .cast(pl.UInt8)).to_series()
+
+
 def _numbers(values: pl.Series) -> pl.Series:
     """Each of ``values`` numbered (``dictionary``), NULL one of them (the number after the others')."""
     codes, distinct = dictionary(values)
@@ -850,9 +910,13 @@ def parse_lines(df: pl.DataFrame, own: pl.DataFrame, state: dict) -> Iterator[tu
     last_own_row = own["row"].filter(own["wanted"]).max()
     if last_own_row is None:
         return
-    dyn, said = _dynamo_lines(df)
-    if not dyn.is_empty():
-        yield "compiles", _block_rows(_blocks(dyn, said).filter(pl.col("row") <= last_own_row), said["body"])
+    found = _blocks_in_one_pass(df)
+    if found is None:
+        dyn, said = _dynamo_lines(df)
+        found = (_blocks(dyn, said), said) if not dyn.is_empty() else None
+    if found is not None:
+        blocks, said = found
+        yield "compiles", _block_rows(blocks.filter(pl.col("row") <= last_own_row), said["body"])
     exceptions = _exceptions(df, own)
     if exceptions:
         yield "compiles", frame("compiles", exceptions)

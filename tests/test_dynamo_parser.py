@@ -666,3 +666,59 @@ def test_a_lines_stream_is_its_file_rank_tee_flag_compile_id_and_artifact_or_emi
     got = dynamo._streams(dyn, said)
     assert by_text["rank"].n_unique() == 3 and by_text["tee"].n_unique() == 2 and by_text["cid"].n_unique() > 3
     assert got.to_list() == want.to_list()
+
+
+def _dynamo_frames(path: Path, monkeypatch) -> list[pl.DataFrame]:
+    """The frames of lines textlog hands the dynamo parser for a log."""
+    frames = []
+
+    def keep(parser, df, own, state):
+        if parser is dynamo:
+            frames.append(df)
+        return list(parser.parse_lines(df, own, state))
+
+    with monkeypatch.context() as m:
+        m.setattr(textlog, "_on_its_thread", keep)
+        list(textlog.parse(Source(path=path, name=path.name, kind="text_log", rank=None, year=2026)))
+    return frames
+
+
+def test_records_found_in_one_pass_are_those_of_the_lines_filtered_and_grouped(monkeypatch):
+    """_blocks_in_one_pass (one C pass over the frame's rows) against _blocks(*_dynamo_lines(df)) (the
+    dynamo lines filtered out, numbered and grouped a column at a time), on every frame of our runs and
+    the public threads that holds dynamo lines: the same blocks, and the same messages; and the one pass
+    declines only frames holding what the general path alone reads."""
+    root = Path(__file__).resolve().parent.parent
+    logs = [p for folder in ("sample_logs", "tests/realworld") for p in sorted((root / folder).rglob("*.log"))
+            if "_dynamo" in p.read_text(errors="replace")]
+    taken = declined = 0
+    for path in logs:
+        for df in _dynamo_frames(path, monkeypatch):
+            dyn, said = dynamo._dynamo_lines(df)
+            got = dynamo._blocks_in_one_pass(df)
+            if got is None:
+                declined += 1
+                continue
+            taken += 1
+            if dyn.is_empty():
+                assert got[0].is_empty(), path
+                continue
+            assert got[0].equals(dynamo._blocks(dyn, said)), path
+            assert got[1].equals(said), path
+    assert taken >= 40 and declined < taken, (taken, declined)
+
+
+def test_records_found_in_one_pass_of_interleaved_ranks_and_untagged_lines(tmp_path, monkeypatch):
+    """Real lines under several rank prefixes, tee'd copies among them, and lines without an artifact tag
+    (grouped by the line of torch that logged them): the one pass groups them as the general path."""
+    lines = [line.removeprefix("[rank0]:") for line in _sample_lines()]
+    untagged = [line for line in lines if "_dynamo" in line and "[__" not in line]
+    assert untagged, "the sample holds dynamo lines without an artifact tag"
+    out = [["[rank0]:", "[rank1]:", "[default1]:[rank1]:"][i % 3] + line for i, line in enumerate(lines)]
+    path = tmp_path / "console.log"
+    path.write_text("\n".join(out + lines[:50]))
+    (df,) = _dynamo_frames(path, monkeypatch)
+    dyn, said = dynamo._dynamo_lines(df)
+    got = dynamo._blocks_in_one_pass(df)
+    assert got is not None and dyn["emitter"].is_not_null().any()
+    assert got[0].equals(dynamo._blocks(dyn, said)) and got[0].height > 10
