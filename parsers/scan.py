@@ -216,4 +216,6 @@ def contains_among(text: pl.Series, exact: str, candidates: pl.Series) -> pl.Ser
     rows = candidates.arg_true()
     if rows.len() == 0:
         return candidates
-    return candidates.scatter(rows, contains_per_value(text.gather(rows), exact))
+    # (the candidates' text taken by the mask: a filter of string views, where a gather by their
+    # positions costs ~15x: 28,000 lines of 200,000, 0.05 against 0.8 ms)
+    return candidates.scatter(rows, contains_per_value(text.filter(candidates), exact))

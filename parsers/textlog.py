@@ -276,8 +276,8 @@ def _line_masks(df: pl.DataFrame, present: frozenset[str] | None,
         if hasattr(p, "HEADER_LINES"):
             in_header = runs.spread(runs.firsts(runs.head).str.contains(p.HEADER_LINES)).fill_null(False)
             rest = (~in_header).arg_true()
-            text = text.gather(rest)
-            holding = holding.gather(rest) if holding is not None else None
+            text = text.filter(~in_header)  # (as scan.contains_among: a filter, not a gather by position)
+            holding = holding.filter(~in_header) if holding is not None else None
         if trigger is None:
             mask = text.str.contains(p.LINES)
         else:
