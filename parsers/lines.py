@@ -26,6 +26,7 @@ import inspect
 import io
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -367,7 +368,7 @@ def _ascii_frame(block: pa.Buffer, starts_buf: bytes, first_line_no: int) -> tup
     ``tests/test_ascii_split.py`` holds the two paths equal."""
     n = len(starts_buf) // 8
     starts = from_buffer(pa.int64(), n, starts_buf)
-    tags = _tags_common_in(_sample_lines(block, starts)) if n >= 4 * _TAG_SAMPLE else []
+    tags = _tags_common_in(_sample_lines(block, starts_buf)) if n >= 4 * _TAG_SAMPLE else []
     # each line's text, as C writes it: after its tag (a common one), or after the prefix the regex
     # takes off (the lines with none); and each line's prefix, numbered: the index of its tag, else
     # (after them) of the distinct prefix the regex took off it (few: most often none, "")
@@ -386,19 +387,22 @@ def _ascii_frame(block: pa.Buffer, starts_buf: bytes, first_line_no: int) -> tup
         number = number.scatter(rest, (codes + len(tags)).cast(pl.Int32))
         _split_c.cut_views(block, starts_buf, rows, values_of(rest_prefix.str.len_bytes().cast(pl.Int32)), texts,
                            MAX_LINE_CHARS)
-    # what each prefix says, found once a prefix
-    rank, tee = (c.gather(number) for c in _prefix_fields(prefixes))
+    # what each prefix says, found once a prefix (a file's lines most often have one: its rank's tag, or none)
+    if number.min() == number.max():
+        rank, tee = (c.new_from_index(int(number[0]), n) if n else c.clear() for c in _prefix_fields(prefixes))
+    else:
+        rank, tee = (c.gather(number.cast(pl.UInt32)) for c in _prefix_fields(prefixes))
     text = arrow_column(pa.string_view(), n, texts, None, block)
     return pl.DataFrame([pl.int_range(first_line_no, first_line_no + n, dtype=pl.Int64, eager=True).alias("line_no"),
                          rank.alias("rank"), tee.alias("tee"), text.alias("text")]), starts
 
 
-def _sample_lines(data: bytes | pa.Buffer, starts: pl.Series) -> pl.Series:
-    """The lines of ``data`` (starting at ``starts``) that ``_common_tags`` looks at."""
-    rows = _sample_rows(starts.len()).to_list()
-    ends = [*(starts.gather([r + 1 for r in rows if r + 1 < starts.len()]) - 1).to_list(), len(data)]
-    data = memoryview(data)
-    return pl.Series([data[starts[r]:end].tobytes().decode() for r, end in zip(rows, ends)], dtype=pl.String)
+def _sample_lines(data: bytes | pa.Buffer, starts: bytes) -> list[str]:
+    """The lines of ASCII ``data`` (starting at ``starts``: int64 offsets) that ``_common_tags`` looks at."""
+    at, data = memoryview(starts).cast("q"), memoryview(data)
+    n = len(at)
+    return [data[at[r]:at[r + 1] - 1 if r + 1 < n else len(data)].tobytes().decode()
+            for r in range(0, n, n // _TAG_SAMPLE)]
 
 
 # A rank tag, or two ("[rank59]:", "[default0]:[rank0]:"): what torchrun puts before most lines.
@@ -415,24 +419,23 @@ def _regex_cut(lines: pl.Series, ascii: bool) -> tuple[pl.Series, pl.Series]:
     return text, lines.str.head(length(lines) - length(text))
 
 
-def _sample_rows(n: int) -> pl.Series:
-    """Which of ``n`` lines (at least ``4 * _TAG_SAMPLE``) ``_common_tags`` looks at: every (n // 64)th."""
-    return pl.int_range(0, n, n // _TAG_SAMPLE, eager=True)
-
-
 def _common_tags(raw: pl.Series) -> list[str]:
-    """The rank tags (``_TAGS``) that start a quarter or more of a sample of the lines, most common first."""
+    """The rank tags (``_TAGS``) that start a quarter or more of a sample of the lines (every
+    (n // 64)th of n, at least ``4 * _TAG_SAMPLE``), most common first."""
     if raw.len() < 4 * _TAG_SAMPLE:
         return []
-    return _tags_common_in(raw.gather(_sample_rows(raw.len())))
+    return _tags_common_in(raw.gather(pl.int_range(0, raw.len(), raw.len() // _TAG_SAMPLE, eager=True)).to_list())
 
 
-def _tags_common_in(sample: pl.Series) -> list[str]:
-    """The rank tags that start a quarter or more of the lines of ``sample``."""
-    # (64 lines: their characters counted, whether ASCII or not)
-    _, prefixes = _regex_cut(sample, False)
-    return [tag for tag, n in prefixes.value_counts(sort=True).rows()
-            if n * 4 >= prefixes.len() and tag and _TAGS.fullmatch(tag)]
+def _tags_common_in(sample: list[str]) -> list[str]:
+    """The rank tags that start a quarter or more of the lines of ``sample``. (Python's regex over
+    64 lines: a Polars call on a frame of a few rows costs ~1 ms, most of it planning. Which tags are
+    common only says which lines C or a literal test cuts, not what is cut: ``_without_prefixes``.)"""
+    prefixes = Counter(_PREFIX_RE.match(line)[0] for line in sample)  # (every part optional: it always matches)
+    return [tag for tag, n in prefixes.most_common() if n * 4 >= len(sample) and tag and _TAGS.fullmatch(tag)]
+
+
+_PREFIX_RE = re.compile(_PREFIXES)
 
 
 def _starting_with(raw: pl.Series, tag: str) -> pl.Series:
