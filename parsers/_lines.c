@@ -802,6 +802,78 @@ done:
     return out;
 }
 
+/* Each line's block (``block``: -1 for a line of none, or one not ``taken``, where given): a block is
+ * a start (``start``, a byte a line) and the taken lines of its stream (``stream``, of ``streams``)
+ * after it, up to the stream's next start. Writes each block's start line into ``first`` and makes
+ * ``offset`` (blocks + 1 of them, zeroed) where each block's lines begin, and end, block after block;
+ * ``current`` is room for a number a stream. Returns how many lines the blocks hold. */
+static Py_ssize_t assign_blocks(Py_ssize_t n, const uint8_t *taken, const uint8_t *start, const uint32_t *stream,
+                                uint32_t streams, int32_t *current, uint32_t *first, int64_t *offset,
+                                Py_ssize_t blocks, int32_t *block) {
+    Py_ssize_t members = 0;
+    for (uint32_t s = 0; s < streams; s++)
+        current[s] = -1;
+    int32_t b = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {  /* each line's block, and how many lines each has */
+        block[i] = -1;
+        if (taken && !taken[i])
+            continue;
+        if (start[i]) {
+            first[b] = (uint32_t)i;
+            current[stream[i]] = b++;
+        }
+        block[i] = current[stream[i]];
+        if (block[i] >= 0) {
+            offset[block[i] + 1]++;
+            members++;
+        }
+    }
+    for (Py_ssize_t j = 0; j < blocks; j++)
+        offset[j + 1] += offset[j];
+    return members;
+}
+
+/* The blocks' lines placed block after block (``assign_blocks``' ``block`` and ``offset``), each as its
+ * ``value`` (the line's own number where NULL). */
+static void place_blocks(Py_ssize_t n, const int32_t *block, int64_t *offset, Py_ssize_t blocks,
+                         const uint32_t *value, uint32_t *placed) {
+    for (Py_ssize_t i = 0; i < n; i++) {  /* (offset[j] moves to block j's end as its lines are placed) */
+        if (block[i] >= 0)
+            placed[offset[block[i]]++] = value ? value[i] : (uint32_t)i;
+    }
+    for (Py_ssize_t j = blocks; j > 0; j--)  /* (and back to its beginning) */
+        offset[j] = offset[j - 1];
+    offset[0] = 0;
+}
+
+/* (firsts, offsets, lines) of the ``blocks`` blocks of ``assign_blocks``, their lines placed block after
+ * block as their ``value``s (their own numbers where NULL); ``current`` and ``block`` are its room. */
+static PyObject *blocks_of(Py_ssize_t n, const uint8_t *taken, const uint8_t *start, const uint32_t *stream,
+                           uint32_t streams, int32_t *current, int32_t *block, Py_ssize_t blocks,
+                           const uint32_t *value) {
+    PyObject *firsts = PyBytes_FromStringAndSize(NULL, blocks * 4);
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (blocks + 1) * 8), *lines = NULL, *result = NULL;
+    if (!firsts || !offsets)
+        goto done;
+    uint32_t *first = (uint32_t *)PyBytes_AS_STRING(firsts);
+    int64_t *offset = (int64_t *)PyBytes_AS_STRING(offsets);
+    memset(offset, 0, (size_t)(blocks + 1) * 8);
+    Py_ssize_t members;
+    Py_BEGIN_ALLOW_THREADS
+    members = assign_blocks(n, taken, start, stream, streams, current, first, offset, blocks, block);
+    Py_END_ALLOW_THREADS
+    lines = PyBytes_FromStringAndSize(NULL, members * 4);
+    if (!lines)
+        goto done;
+    place_blocks(n, block, offset, blocks, value, (uint32_t *)PyBytes_AS_STRING(lines));
+    result = Py_BuildValue("(OOO)", firsts, offsets, lines);
+done:
+    Py_XDECREF(firsts);
+    Py_XDECREF(offsets);
+    Py_XDECREF(lines);
+    return result;
+}
+
 /* stream_blocks(streams, starts) -> (firsts, offsets, order): lines (in order) each of a stream
  * (``streams``: uint32, numbered from 0) and each a start of a block or not (``starts``: a byte
  * each); a block is a start and the lines of its stream after it, up to the stream's next start
@@ -813,8 +885,8 @@ static PyObject *stream_blocks(PyObject *self, PyObject *args) {
     Py_buffer streams, starts;
     if (!PyArg_ParseTuple(args, "y*y*", &streams, &starts))
         return NULL;
-    PyObject *firsts = NULL, *offsets = NULL, *order = NULL, *result = NULL;
-    Py_ssize_t n = streams.len / 4, blocks = 0, members = 0;
+    PyObject *result = NULL;
+    Py_ssize_t n = streams.len / 4, blocks = 0;
     int32_t *block = NULL, *current = NULL;
     if (streams.len % 4 || starts.len != n || n >= INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "stream_blocks: a uint32 stream and a start byte a line");
@@ -830,47 +902,12 @@ static PyObject *stream_blocks(PyObject *self, PyObject *args) {
     }
     block = PyMem_Malloc((size_t)(n ? n : 1) * 4);
     current = PyMem_Malloc((size_t)(count ? count : 1) * 4);
-    firsts = PyBytes_FromStringAndSize(NULL, blocks * 4);
-    offsets = PyBytes_FromStringAndSize(NULL, (blocks + 1) * 8);
-    if (!block || !current || !firsts || !offsets) {
+    if (!block || !current) {
         PyErr_NoMemory();
         goto done;
     }
-    uint32_t *first = (uint32_t *)PyBytes_AS_STRING(firsts);
-    int64_t *offset = (int64_t *)PyBytes_AS_STRING(offsets);
-    memset(offset, 0, (size_t)(blocks + 1) * 8);
-    for (uint32_t s = 0; s < count; s++)
-        current[s] = -1;
-    int32_t b = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {  /* each line's block, and how many lines each has */
-        if (start[i]) {
-            first[b] = (uint32_t)i;
-            current[stream[i]] = b++;
-        }
-        block[i] = current[stream[i]];
-        if (block[i] >= 0) {
-            offset[block[i] + 1]++;
-            members++;
-        }
-    }
-    for (Py_ssize_t j = 0; j < blocks; j++)
-        offset[j + 1] += offset[j];
-    order = PyBytes_FromStringAndSize(NULL, members * 4);
-    if (!order)
-        goto done;
-    uint32_t *placed = (uint32_t *)PyBytes_AS_STRING(order);
-    for (Py_ssize_t i = 0; i < n; i++) {  /* (offset[j] moves to block j's end as its lines are placed) */
-        if (block[i] >= 0)
-            placed[offset[block[i]]++] = (uint32_t)i;
-    }
-    for (Py_ssize_t j = blocks; j > 0; j--)  /* (and back to its beginning) */
-        offset[j] = offset[j - 1];
-    offset[0] = 0;
-    result = Py_BuildValue("(OOO)", firsts, offsets, order);
+    result = blocks_of(n, NULL, start, stream, count, current, block, blocks, NULL);
 done:
-    Py_XDECREF(firsts);
-    Py_XDECREF(offsets);
-    Py_XDECREF(order);
     PyMem_Free(block);
     PyMem_Free(current);
     PyBuffer_Release(&streams);
@@ -912,7 +949,7 @@ static inline void message_key(uint32_t *key, Py_ssize_t i, const uint32_t *cons
 static PyObject *message_blocks(PyObject *self, PyObject *args) {
     Py_buffer in[11];
     int got = 0;
-    PyObject *firsts = NULL, *offsets = NULL, *members = NULL, *result = NULL;
+    PyObject *result = NULL;
     uint32_t *stream = NULL, *table = NULL, *first_of = NULL;
     int32_t *block = NULL, *current = NULL;
     uint8_t *starts = NULL;
@@ -997,51 +1034,8 @@ static PyObject *message_blocks(PyObject *self, PyObject *args) {
         blocks += starts[i];
     }
     Py_END_ALLOW_THREADS
-    firsts = PyBytes_FromStringAndSize(NULL, blocks * 4);
-    offsets = PyBytes_FromStringAndSize(NULL, (blocks + 1) * 8);
-    if (!firsts || !offsets)
-        goto done;
-    uint32_t *first = (uint32_t *)PyBytes_AS_STRING(firsts);
-    int64_t *offset = (int64_t *)PyBytes_AS_STRING(offsets);
-    memset(offset, 0, (size_t)(blocks + 1) * 8);
-    Py_ssize_t members_n = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (uint32_t s = 0; s < streams; s++)
-        current[s] = -1;
-    int32_t b = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {  /* each row's block, and how many rows each has */
-        block[i] = -1;
-        if (!selected[i])
-            continue;
-        if (starts[i]) {
-            first[b] = (uint32_t)i;
-            current[stream[i]] = b++;
-        }
-        block[i] = current[stream[i]];
-        if (block[i] >= 0) {
-            offset[block[i] + 1]++;
-            members_n++;
-        }
-    }
-    for (Py_ssize_t j = 0; j < blocks; j++)
-        offset[j + 1] += offset[j];
-    Py_END_ALLOW_THREADS
-    members = PyBytes_FromStringAndSize(NULL, members_n * 4);
-    if (!members)
-        goto done;
-    uint32_t *placed = (uint32_t *)PyBytes_AS_STRING(members);
-    for (Py_ssize_t i = 0; i < n; i++) {  /* (offset[j] moves to block j's end as its rows are placed) */
-        if (block[i] >= 0)
-            placed[offset[block[i]]++] = messages[i];
-    }
-    for (Py_ssize_t j = blocks; j > 0; j--)  /* (and back to its beginning) */
-        offset[j] = offset[j - 1];
-    offset[0] = 0;
-    result = Py_BuildValue("(OOO)", firsts, offsets, members);
+    result = blocks_of(n, selected, starts, stream, streams, current, block, blocks, messages);
 done:
-    Py_XDECREF(firsts);
-    Py_XDECREF(offsets);
-    Py_XDECREF(members);
     PyMem_Free(stream);
     PyMem_Free(block);
     PyMem_Free(first_of);

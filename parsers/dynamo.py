@@ -646,8 +646,8 @@ def _streams(dyn: pl.DataFrame, said: pl.DataFrame) -> pl.Series:
 def _blocks_in_one_pass(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame] | None:
     """``_blocks(*_dynamo_lines(df))`` with the lines' streams and blocks found by C in one pass over
     the frame's rows (``message_blocks``), where ``_dynamo_lines`` and ``_blocks`` filter, gather and
-    number its 170,000 dynamo lines a column at a time (a pair of 16 MB TORCH_LOGS rank logs: 20 ->
-    8 ms); what a message says is still worked out once a message (``_message_fields``). None where
+    number its 170,000 dynamo lines a column at a time (a pair of 16 MB TORCH_LOGS rank logs: the
+    parser's 24 -> 16 ms); what a message says is still worked out once a message (``_message_fields``). None where
     C was not built, where no line has a glog header, or where a header-less line is an anchor
     (``_headless``: PyTorch 2.0-2.3's own header, explain()'s printout), which only the general path
     reads: ``tests/test_dynamo_parser.py`` holds the two paths equal."""
