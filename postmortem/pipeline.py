@@ -136,8 +136,10 @@ def _build(out: store.Batcher | _Collected, batch: list[tuple[dict, Source, obje
 
 BUILD_FILES = 256  # files read and waiting to be built together, at most, per kind
 # ... and bytes: big files a parser builds with others (text logs under a chunk) are built a few
-# to a frame, whose fixed cost they share, as many as keep a worker's frame near one chunk's size
-BUILD_BYTES = 40 << 20
+# to a frame, whose fixed cost they share (~600 Polars calls, ~20 ms), as many as keep a worker's
+# frame under two chunks: three 16 MB rank logs, not two (64 ranks 3.18-3.28 -> 3.09-3.13 s, 512
+# ranks 21.1 -> 19.5 s; ~50 MiB more at the peak); four save no more, and the end waits on bigger tasks
+BUILD_BYTES = 56 << 20
 # Files smaller than this travel to a worker in batches: a task's round trip (pickling the
 # sources and the frames, the result's wake-up) costs milliseconds, as much as parsing a small log.
 BATCH_BYTES = 4 << 20
