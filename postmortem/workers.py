@@ -28,10 +28,11 @@ PARALLEL_MIN_BATCHED = 2000  # ... or this many are read to be built with others
 # freed pages, and Python's (glibc's malloc) takes a 16 MB block of a log from its heap, not a
 # mapping of its own, and does not trim the heap. A worker's memory is then what its largest file
 # took, as at its peak before. (64 ranks of 16 MB, against Polars' own 0.5 s of decay: 1.1M -> 0.19M
-# page faults in the workers, 3.6 -> 1.6 s of system time; the same peak RSS.) So with pyarrow's
-# allocator (mimalloc), which holds the buffers C writes a frame's columns into (14 MB for a 16 MB
-# log's headers alone): it gives freed memory back 10 ms after it is freed, and the next frame's
-# buffers fault it in again, zeroed (a pair of 16 MB logs: 100-300 faults of huge pages, 104 -> 99 ms).
+# page faults in the workers, 3.6 -> 1.6 s of system time; the same peak RSS.) The same holds for
+# pyarrow's allocator (mimalloc), which holds the buffers C writes a frame's columns into (14 MB for a
+# 16 MB log's headers alone): it gives freed memory back 10 ms after it is freed, and the next frame's
+# buffers fault it in again, zeroed (a pair of 16 MB logs, pinned: 230-300 -> 11-40 page faults,
+# 108-111 -> 100-102 ms).
 # NumPy, which pyarrow imports, starts OpenBLAS's threads, which spin ~0.1 s of CPU before they
 # sleep; a worker never multiplies a matrix.
 WORKER_ENVIRONMENT = {"POLARS_MAX_THREADS": "1", "_RJEM_MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1",
