@@ -119,15 +119,21 @@ WidthOption = typer.Option(None, "--width", min=40, help="Columns for rich and t
 
 
 def _emit(rep: dict, fmt: str, width: Optional[int] = None) -> None:
-    if fmt == "json":
-        sys.stdout.write(report.to_json(rep) + "\n")
-    elif fmt == "markdown":
-        sys.stdout.write(report.to_markdown(rep))
-    elif fmt == "text":
-        auto = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else 100
-        sys.stdout.write(report.to_text(rep, width=width or auto))
-    else:
-        (Console(width=width) if width else out).print(report.to_rich(rep))
+    try:
+        if fmt == "json":
+            sys.stdout.write(report.to_json(rep) + "\n")
+        elif fmt == "markdown":
+            sys.stdout.write(report.to_markdown(rep))
+        elif fmt == "text":
+            auto = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else 100
+            sys.stdout.write(report.to_text(rep, width=width or auto))
+        else:
+            (Console(width=width) if width else out).print(report.to_rich(rep))
+        sys.stdout.flush()
+    except BrokenPipeError:  # (the reader went away, as `| head` does: nothing to say to it)
+        raise typer.Exit(120) from None
+    except OSError as exc:  # (a full disk, a closed descriptor: said in a line, not a traceback)
+        _fail(PostmortemError(f"Cannot write the report to standard output: {exc.strerror or exc}."))
 
 
 def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
@@ -837,6 +843,6 @@ def _quick_exit(code: int | str | None) -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except (BrokenPipeError, ValueError):  # (a reader gone: as Python itself exits then)
+    except (OSError, ValueError):  # (a reader gone, a full disk: as Python itself exits then)
         code = code or 120
     os._exit(code or 0)

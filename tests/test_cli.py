@@ -103,3 +103,31 @@ def test_a_log_piped_to_standard_input_is_analyzed_and_an_empty_one_is_one_sente
     assert json.loads(result.stdout)["verdict"]["signature"] == "cuda-oom", result.output
     empty = CliRunner().invoke(app, ["analyze", "-", "--no-history"], input=b"")
     assert empty.exit_code == 2 and "Standard input was empty" in empty.output
+
+
+def _command(*args: str, **kwargs):
+    """The installed command as a user runs it (its own process: the quick exit of cli.main included)."""
+    import subprocess
+    import sys
+
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
+    return subprocess.run([sys.executable, "-m", "postmortem", *args], text=True, timeout=300, **streams)
+
+
+def test_the_command_writes_its_whole_report_and_exits_with_the_verdicts_status():
+    from .conftest import sample_dir
+
+    run = _command("analyze", str(sample_dir("hang_dataloader_nccl")), "--no-history", "-q", "-f", "json")
+    rep = json.loads(run.stdout)  # (the whole of it: flushed before the process is gone)
+    assert rep["verdict"]["signature"] == "collective-hang"
+    assert run.returncode == 1 and run.stderr == ""
+
+
+def test_a_report_that_cannot_be_written_is_said_in_one_line():
+    from .conftest import sample_dir
+
+    with open("/dev/full", "w") as full:  # (Linux: every write to it fails, "No space left on device")
+        run = _command("analyze", str(sample_dir("graph_breaks")), "--no-history", "-q", "-f", "text", stdout=full)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "postmortem: Cannot write the report to standard output: No space left on device."]
