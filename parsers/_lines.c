@@ -916,9 +916,8 @@ done:
 }
 
 /* message_blocks(selected, messages, file_no, rank, rank_null, tee, emitter, art, art_null, cid, start)
- * -> (firsts, offsets, members): dynamo's records (parsers/dynamo.py: _blocks) from a frame's rows
- * in one pass, where the frame's columns would otherwise be filtered, gathered and numbered row
- * by row. A row (each of these a row: uint32 unless said) is a line of a record where ``selected``
+ * -> (firsts, offsets, members): dynamo's records (parsers/dynamo.py: _blocks_in_one_pass, what
+ * _blocks makes of the lines _dynamo_lines filters out) from a frame's rows in one pass. A row (each of these a row: uint32 unless said) is a line of a record where ``selected``
  * (a byte); its message's number is ``messages``'; ``file_no``, ``rank`` with ``rank_null`` (a byte),
  * ``tee`` (0, 1, or 2 for NULL) say where it was logged, ``emitter`` the number of the line of torch
  * that logged it (UINT32_MAX: none). A message (each of these a message) has an artifact
@@ -928,9 +927,9 @@ done:
  * stream's last start before it is not such a head (else it continues the head's block). A
  * selected row's stream: its file, rank, tee flag, its message's compile id and, where the message
  * has no artifact and the row has an emitter, that emitter, else the artifact. Blocks as
- * stream_blocks': ``firsts``, each block's start row (uint32),
- * the blocks in the order they start; ``members``, the message numbers of each block's rows (uint32),
- * block after block, in row order; ``offsets``, where each block's members begin (int64), and end. */
+ * stream_blocks': ``firsts``, each block's start row (uint32), the blocks in the order they start;
+ * ``members``, the message numbers of each block's rows (uint32), block after block, in row order;
+ * ``offsets``, where each block's members begin (int64), and end. */
 #define MESSAGE_KEY 7
 static inline void message_key(uint32_t *key, Py_ssize_t i, const uint32_t *const *row, const uint8_t *rank_null,
                                const uint32_t *messages, const uint32_t *art, const uint8_t *art_null,
