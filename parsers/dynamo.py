@@ -293,6 +293,9 @@ def parse_limit(lines: list[str]) -> dict | None:
 
 _GB_HEAD = re.compile(r"^\s*Graph break (?:\((?P<note>[^)]*)\) )?in user code at (?P<file>.+):(?P<line>\d+)\s*$")
 _GB_OLD = re.compile(r"^\s*Graph break: (?P<reason>.*?) ?from user code at:\s*$")
+# The first words of the `Tensor.item()` warning's head (variables/tensor.py), its tail a block of its own
+# only where they were cut off.
+_ITEM_HEAD = "Graph break from `Tensor.item()`"
 # The tail of the `Tensor.item()` warning, logged without the graph_breaks artifact (2.3+)
 _ITEM_TAIL = r"^\s*Graph break: from user code at:\s*$"
 # 2.1-2.5's warn_once of an unsupported builtin (a pybind / C extension call), a Python warning:
@@ -329,7 +332,7 @@ def parse_graph_break(lines: list[str], item_tail: bool = False) -> dict | None:
         return _warned_graph_break(lines[0])
     head = _GB_HEAD.match(lines[0])
     old = None if head else _GB_OLD.match(lines[0])
-    item = item_tail or lines[0].lstrip().startswith("Graph break from `Tensor.item()`")
+    item = item_tail or lines[0].lstrip().startswith(_ITEM_HEAD)
     explain = _GB_EXPLAIN.match(lines[0])
     if not (head or old or item or explain):
         return None
@@ -370,8 +373,8 @@ def parse_graph_break(lines: list[str], item_tail: bool = False) -> dict | None:
     else:
         location = None
     if item:
-        reason = reason or "Graph break from `Tensor.item()`"
-        headline = "Graph break from `Tensor.item()`"
+        reason = reason or _ITEM_HEAD
+        headline = _ITEM_HEAD
     headline = headline or (reason or "").rstrip(":") or None
     user = innermost_user(frames)
     if user is None and location and is_user_frame(location.rsplit(":", 1)[0]):
@@ -574,7 +577,7 @@ def _kind() -> pl.Expr:
         pl.when(body.str.starts_with("Recompiling function")).then(pl.lit("recompile"))
         .when(body.str.starts_with("('Recompiling function")).then(pl.lit("recompile_tuple"))
         .when(body.str.contains(r"^Graph break (?:\([^)]*\) )?in user code at ")).then(pl.lit("graph_break"))
-        .when(body.str.starts_with("Graph break from `Tensor.item()`")).then(pl.lit("graph_break"))
+        .when(body.str.starts_with(_ITEM_HEAD)).then(pl.lit("graph_break"))
         .when(body.str.starts_with("Graph break: ") & (pl.col("art") == "graph_breaks")).then(pl.lit("graph_break"))
         # "Graph break: from user code at:" outside the graph_breaks artifact: the second half of the
         # `Tensor.item()` warning (variables/tensor.py), a block of its own only where its head was cut
@@ -598,7 +601,7 @@ def _blocks(dyn: pl.DataFrame, said: pl.DataFrame) -> pl.DataFrame:
     # ("Graph break from `Tensor.item()`, consider setting:") began; with the head cut off it is the block.
     # (worked out over every line only where there is such a line)
     if (kind == "item_tail").any():
-        item_head = said["body"].str.starts_with("Graph break from `Tensor.item()`").gather(dyn["_m"])
+        item_head = said["body"].str.starts_with(_ITEM_HEAD).gather(dyn["_m"])
         head = pl.when(pl.col("kind").is_not_null() & (pl.col("kind") != "item_tail")).then(pl.col("_item_head"))
         kind = pl.DataFrame([kind.alias("kind"), item_head.alias("_item_head"), streams.alias("_stream")]).select(
             pl.when(pl.col("kind").is_null() | (pl.col("kind") != "item_tail")).then(pl.col("kind"))
@@ -667,10 +670,8 @@ def _blocks_in_one_pass(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame] |
     untagged = said["art"].is_null()
     emitter = pl.repeat(_NO_EMITTER, df.height, dtype=pl.UInt32, eager=True)
     if untagged.any():  # (the few lines without an artifact tag: each its emitting line of torch, numbered)
-        rows = (selected & untagged.gather(codes).fill_null(False)).arg_true()
-        src = header_source(df.select(pl.col("text", "src_at", "src_end").gather(rows)))["src"]
-        logged = src.is_not_null()
-        emitter = emitter.scatter(rows.filter(logged), dictionary(src.filter(logged))[0])
+        emitter = dictionary(_emitters(df, (selected & untagged.gather(codes)).fill_null(False)))[0]
+        emitter = emitter.fill_null(_NO_EMITTER)
     rank = df["rank"]
     firsts, offsets, members = _records_c.message_blocks(
         values_of(selected.cast(pl.UInt8)), values_of(codes), values_of(df["file_no"].cast(pl.UInt32)),
@@ -699,7 +700,7 @@ def _starts(said: pl.DataFrame) -> pl.Series:
     kind = pl.col("kind")
     return said.select(
         pl.when(kind.is_null()).then(0).when(kind == "item_tail").then(3)
-        .when(pl.col("body").str.starts_with("Graph break from `Tensor.item()`")).then(2).otherwise(1)
+        .when(pl.col("body").str.starts_with(_ITEM_HEAD)).then(2).otherwise(1)
         .cast(pl.UInt8)).to_series()
 
 

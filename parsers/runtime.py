@@ -545,12 +545,11 @@ def _torchrun_failures(own: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
     yield "events", frame("events", events)
 
 
-def _faulthandler_threads(block: list[dict]) -> list[tuple[str, list]]:
-    """The thread sections of a faulthandler dump ("Current thread 0x...", "Thread 0x...", each
-    followed by its frames, innermost first), in the order printed."""
+def _faulthandler_threads(block: list[str]) -> list[tuple[str, list]]:
+    """The thread sections of a faulthandler dump (its lines' text: "Current thread 0x...", "Thread
+    0x...", each followed by its frames, innermost first), in the order printed."""
     threads: list[tuple[str, list]] = []
-    for r in block:
-        text = r["text"]
+    for text in block:
         if text.startswith(("Current thread", "Thread 0x")):
             threads.append((text.split(" (", 1)[0], []))
             continue
@@ -591,15 +590,15 @@ def _fatal_blocks(df: pl.DataFrame, own: pl.DataFrame) -> Iterator[tuple[str, pl
     events, failures, stacks = [], [], []
     for start in _rows(starts):
         # (the block's lines of the start's rank: their text is all the dump is read from)
-        block = [{"text": t} for t in following(df.select("file", "rank", "text"), start, 200)
-                 .filter(pl.col("rank").eq_missing(start["rank"]))["text"]]
+        block = following(df.select("file", "rank", "text"), start, 200).filter(
+            pl.col("rank").eq_missing(start["rank"]))["text"].to_list()
         text = start["text"]
         ts, timing = _when(start)
         common = {"rank": start["rank"], "ts": ts, "file": start["file"], "line_no": start["line_no"],
                   "pid": start["pid"]}
         if text.startswith("terminate called"):
             m = re.search(r"instance of '([^']+)'", text)
-            what = next((r["text"].split("what():", 1)[1].strip() for r in block[1:40] if "what():" in r["text"]), None)
+            what = next((t.split("what():", 1)[1].strip() for t in block[1:40] if "what():" in t), None)
             events.append({**common, "level": "F", "kind": "terminate", "message": _short(text),
                            "attrs": _attrs(exception_type=m[1] if m else None, what=_short(what), **timing)})
             failures.append({**common, "signal": "SIGABRT", "exception_type": m[1] if m else None,

@@ -275,9 +275,10 @@ def _line_masks(df: pl.DataFrame, present: frozenset[str] | None,
             holding = scan.holding(df, hits, trigger)
         if hasattr(p, "HEADER_LINES"):
             in_header = runs.spread(runs.firsts(runs.head).str.contains(p.HEADER_LINES)).fill_null(False)
-            rest = (~in_header).arg_true()
-            text = text.filter(~in_header)  # (as scan.contains_among: a filter, not a gather by position)
-            holding = holding.filter(~in_header) if holding is not None else None
+            outside = ~in_header
+            rest = outside.arg_true()
+            text = text.filter(outside)  # (as scan.contains_among: a filter, not a gather by position)
+            holding = holding.filter(outside) if holding is not None else None
         if trigger is None:
             mask = text.str.contains(p.LINES)
         else:
