@@ -243,6 +243,12 @@ def frozen(ranks: Mapping[int, RankProgress], now: float, stall_s: float) -> lis
     return sorted(r for r, p in ranks.items() if not p.gone and now - p.progressed_at >= stall_s)
 
 
+def still_since(ranks: Mapping[int, RankProgress], wall: float) -> list[int]:
+    """The live ranks that showed no progress after the Unix time ``wall``: those of this node
+    stalled in a stall another node's watcher saw (whose clock may have started before ours)."""
+    return sorted(r for r, p in ranks.items() if not p.gone and p.progressed_wall <= wall)
+
+
 # ---- evidence ------------------------------------------------------------------------------------
 
 
@@ -380,6 +386,7 @@ class Watcher:
         self.armed = True  # a stall is reported once; progress re-arms it
         self.found_at = -RANK_RESCAN_S
         self.started = False  # every rank has written a line: the job is past its start
+        self.started_wall = 0.0  # when the stall clock started (Unix time)
         self.looks = 0
         self.expected: int | None = None  # ranks on this node (set for --pids)
 
@@ -425,7 +432,7 @@ class Watcher:
             # starts once every rank has written a line.
             if not live or len(live) < self.local_world_size() or not all(p.spoke for p in live):
                 return []
-            self.started = True
+            self.started, self.started_wall = True, wall
             for p in live:
                 p.progressed_at, p.progressed_wall = now, wall
         stuck = frozen(self.ranks, now, self.options.stall_s)
@@ -672,9 +679,9 @@ class Meeting:
         trigger = self.latest()
         return trigger if trigger and trigger.get("id") and trigger["id"] not in self.answered else None
 
-    def trigger(self, stuck: list[int]) -> dict:
+    def trigger(self, stuck: list[int], since_wall: float) -> dict:
         doc = {"id": f"{int(time.time())}-{secrets.token_hex(3)}", "by": self.me, "at": time.time(),
-               "stalled_ranks": stuck}
+               "since": since_wall, "stalled_ranks": stuck}
         self._write(self.root / "trigger.json", doc)
         return doc
 
@@ -746,13 +753,13 @@ class _AttachedWatcher(Watcher):
         latest = self.meeting.latest()
         if latest and latest.get("id") in self.meeting.answered and time.time() - latest.get("at", 0) < self.options.stall_s:
             return None  # the stall another node reported a moment ago: already answered
-        trigger = self.meeting.pending() or self.meeting.trigger(stuck)
+        trigger = self.meeting.pending() or self.meeting.trigger(stuck, self.since(stuck)[1])
         self.note(f"stall: rank(s) {rank_ranges(stuck)} showed no progress for {now - self.since(stuck)[0]:.0f} s; "
                   f"taking py-spy dumps of {len(self.live())} rank(s)")
         return self.answer(trigger, stuck)
 
     def answer(self, trigger: dict, stuck: list[int]) -> dict:
-        stuck = stuck or frozen(self.ranks, time.monotonic(), self.options.stall_s)
+        stuck = stuck or self.stalled_in(trigger)
         since, since_wall = self.since(stuck)
         dumps, asked = self.evidence()
         self.meeting.answer(trigger["id"], sorted(dumps), stuck)
@@ -777,6 +784,16 @@ class _AttachedWatcher(Watcher):
         doc["nodes"] = nodes
         self.meeting.publish(trigger["id"], {"run_id": doc["run_id"], "verdict": doc["verdict"], "nodes": nodes})
         return doc
+
+    def stalled_in(self, trigger: dict) -> list[int]:
+        """This node's ranks stalled in another node's stall: no progress seen in its later half
+        (each node sees progress at its own looks, up to --interval late), nor since this watcher's
+        clock started when that was later. The nodes' watchers start apart: a full --stall of our
+        own clock would leave out ranks stalled all along."""
+        since = trigger.get("since")
+        if not isinstance(since, (int, float)) or not self.started:
+            return frozen(self.ranks, time.monotonic(), self.options.stall_s)
+        return still_since(self.ranks, max(since + self.options.stall_s / 2, self.started_wall))
 
     def wait_for_nodes(self, stall_id: str) -> dict:
         """Wait for every registered watcher's dumps (and every rank of the job to be dumped);

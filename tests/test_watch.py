@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from postmortem import api, watch
+from postmortem import api, processes, watch
 from postmortem.cli import app
 
 FIXTURE = Path(__file__).parent / "fixtures" / "watch_job.py"
@@ -262,6 +262,23 @@ def test_a_rank_computing_without_logging_progresses_and_a_sleeping_one_freezes(
         for p in (busy, idle):
             p.kill()
             p.wait()
+
+
+def test_a_node_answering_a_stall_names_its_ranks_frozen_since_it_began_though_its_clock_started_later(tmp_path):
+    # Node 1's watcher started its stall clock 3 s after node 0's ranks last moved; 10 s on, node
+    # 0 saw the stall. Node 1's rank 2 has been frozen all along (its last move was seen a look
+    # late), rank 3 moved 6 s into the stall: only rank 2 is stalled, though 10 s of node 1's own
+    # clock have not passed.
+    since = time.time() - 10
+    node1 = watch._AttachedWatcher(watch.Options(stall_s=10), tmp_path / "out", processes.JobProcesses([]),
+                                   dict, tmp_path, lambda doc: None, lambda text: None)
+    node1.started, node1.started_wall = True, since + 3
+    node1.ranks = {2: watch.RankProgress(2, 1, progressed_at=time.monotonic() - 7, progressed_wall=since + 3),
+                   3: watch.RankProgress(3, 1, progressed_at=time.monotonic() - 4, progressed_wall=since + 6)}
+    assert watch.frozen(node1.ranks, time.monotonic(), 10) == []
+    assert node1.stalled_in({"id": "x", "by": "node0", "at": since + 10, "since": since}) == [2]
+    node1.ranks[2].progressed_wall = since + 1  # seen moving once more, a look after node 0's last
+    assert node1.stalled_in({"id": "x", "by": "node0", "at": since + 10, "since": since}) == [2]
 
 
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path):
