@@ -164,3 +164,45 @@ def test_a_server_that_cannot_start_early_leaves_the_command_to_go_on(tmp_path, 
     monkeypatch.setattr(workers, "PARALLEL_MIN_BYTES", 1000)
     (tmp_path / "stderr.log").write_bytes(b"x" * 1000)
     assert not workers.start_early(["analyze", str(tmp_path)])
+
+
+def _threads_after_importing_the_cli(helper: bool, env: dict[str, str]) -> tuple[int, str | None]:
+    """(threads, OPENBLAS_NUM_THREADS afterwards) of a process that imported the CLI as the command does."""
+    code = ("import os, time\n"
+            "from postmortem import entry\n"
+            + ("with entry.one_blas_thread():\n    import postmortem.cli\n" if helper else "import postmortem.cli\n")
+            + "time.sleep(0.05)\n"
+            "print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    threads, blas = out.split()
+    return int(threads), None if blas == "None" else blas
+
+
+def test_the_command_starts_no_blas_threads_and_what_it_starts_gets_the_users_environment():
+    # The command's process (not its workers) imports numpy through pyarrow: OpenBLAS would start a
+    # thread a core beside the first, each spinning a while for work that never comes.
+    assert len(os.sched_getaffinity(0)) >= 2, "OpenBLAS starts its threads only where there are cores for them"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    plain, _ = _threads_after_importing_the_cli(False, env)
+    fewer, left = _threads_after_importing_the_cli(True, env)
+    assert fewer < plain
+    assert left is None  # a job under watch, a replay: started with the user's environment
+    _, users = _threads_after_importing_the_cli(True, {**env, "OPENBLAS_NUM_THREADS": "3"})
+    assert users == "3"
+
+
+def _built_in_the_server() -> tuple[bool, int]:
+    from postmortem.parsers import scan
+
+    return "pyarrow.compute" in sys.modules, scan.scanner.cache_info().currsize
+
+
+def test_a_worker_has_what_its_first_task_would_build_from_its_server():
+    # Polars imports pyarrow.compute at a process's first conversion from Arrow (~47 ms) and the scan
+    # compiles its Hyperscan databases at the first block (~10 ms): built once in the server, not in
+    # every worker's first task.
+    context = workers.worker_context()
+    assert context is not None and context.get_start_method() == "forkserver"
+    with workers.worker_environment(), workers.pool(1, context) as pool:
+        has_compute, scanners = pool.submit(_built_in_the_server).result(timeout=60)
+    assert has_compute and scanners >= 1
