@@ -1,8 +1,9 @@
 """The pipeline behind the API: discover -> parse -> load (a staging DuckDB) -> match.
 
-``load`` reads a log directory into a run's tables: discovery's files are parsed one by one
-(big ones, chunk by chunk), small ones read whole and built many to a frame, on worker processes
-when the job is big enough to pay for them; rows reach the staging database in batches.
+``load`` reads a log directory into a run's tables: discovery's files are parsed (``parsing``:
+one by one, big ones chunk by chunk, small ones read whole and built many to a frame), on worker
+processes when the job is big enough to pay for them, in tasks (``_tasks``) handed out largest
+first; rows reach the staging database in batches.
 ``match`` runs every signature over the run on a sandboxed connection, with each finding's
 confidence fitted on known scenarios (``calibrator``), and stores the findings and the verdict.
 ``postmortem.api`` is the public face of both; ``job`` builds a multi-node run and matches it
@@ -25,18 +26,15 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import __version__, calibration, catalog, engine, store, summary, workers
+from . import __version__, calibration, catalog, engine, parsing, store, summary, workers
 from . import discover as discovery
 from . import parsers as parser_package
 from . import signatures as signature_package
 from .errors import PostmortemError
-from .parsers import FILE_PARSERS
 from .parsers.source import Source
 from .workers import PARALLEL_MIN_BATCHED, PARALLEL_MIN_BYTES, PARALLEL_MIN_FILES
 
 log = logging.getLogger(__name__)
-
-_PARSERS = {parser.KIND: parser for parser in FILE_PARSERS}
 
 # progress(files_done, bytes_done, files_total, bytes_total, current_name)
 Progress = Callable[[int, int, int, int, str], None]
@@ -46,145 +44,15 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def _file_row(source: Source) -> dict:
-    return {"path": source.name, "kind": source.kind, "rank": source.rank, "bytes": source.bytes,
-            "parser": _PARSERS[source.kind].__name__.rsplit(".", 1)[-1], "status": "parsed", "error": None}
-
-
-def _guarded(row: dict, source: Source, work: Callable[[], object]) -> object:
-    """``work()``, or None with the file marked partial: what is in a file never raises."""
-    try:
-        return work()
-    except (OSError, EOFError, ValueError, UnicodeError) as exc:
-        row["status"] = "partial"
-        source.notes.append(f"stopped reading: {type(exc).__name__}: {exc}"[:500])
-    except Exception as exc:  # a parser bug must cost one file, not the run
-        log.exception("parser %s failed on %s", row["parser"], source.name)
-        row["status"] = "partial"
-        source.notes.append(f"parser error: {type(exc).__name__}: {exc}"[:500])
-    return None
-
-
-def _finish_row(row: dict, source: Source) -> dict:
-    row["lines"] = source.lines
-    if source.notes:
-        row["error"] = "; ".join(source.notes)
-    return row
-
-
-def _parse_file(out: store.Batcher | _Collected, source: Source) -> dict:
-    """Parse one file into the staging tables; never raises for what is in the file."""
-    row = _file_row(source)
-
-    def work() -> None:
-        for table, frame in _PARSERS[source.kind].parse(source):
-            out.add(table, frame)
-
-    _guarded(row, source, work)
-    return _finish_row(row, source)
-
-
-def _batched(source: Source) -> bool:
-    """Whether the file's parser reads it on its own (``read``) and builds frames of many files
-    at once (``build``): all its files, or those it calls ``batchable``."""
-    parser = _PARSERS[source.kind]
-    return hasattr(parser, "build") and getattr(parser, "batchable", lambda _: True)(source)
-
-
-def _parse_files(out: store.Batcher | _Collected, sources: list[Source],
-                 before: Callable[[Source], None] | None = None) -> list[dict]:
-    """Parse files one by one, except those whose parser reads a file on its own (``read``) and
-    makes frames of many at once (``build``): a flight-recorder dump costs microseconds that way,
-    and a small text log a fraction of the ~40 ms that frames of its own cost. ``before(source)``
-    is called as each file is taken up."""
-    rows: list[dict] = []
-    batches: dict[str, list[tuple[dict, Source, object]]] = {}
-    for source in sources:
-        if before:
-            before(source)
-        parser = _PARSERS[source.kind]
-        if not _batched(source):
-            rows.append(_parse_file(out, source))
-            continue
-        row = _file_row(source)
-        got = _guarded(row, source, lambda: parser.read(source))  # noqa: B023 - called right here
-        if got is None:
-            rows.append(_finish_row(row, source))
-            continue
-        batch = batches.setdefault(source.kind, [])
-        batch.append((row, source, got))
-        # what was read waits in memory: a batch is bounded
-        if len(batch) >= BUILD_FILES or sum(s.bytes for _, s, _ in batch) >= BUILD_BYTES:
-            rows += _build(out, batches.pop(source.kind))
-    for batch in batches.values():
-        rows += _build(out, batch)
-    return rows
-
-
-def _build(out: store.Batcher | _Collected, batch: list[tuple[dict, Source, object]]) -> list[dict]:
-    """The frames of a batch of files of one kind, read by its parser; the files' rows."""
-    try:
-        for table, frame in _PARSERS[batch[0][1].kind].build([got for _, _, got in batch]):
-            out.add(table, frame)
-    except Exception as exc:  # a parser bug: every file of the batch is short of its rows
-        log.exception("parser %s failed building %d files", batch[0][0]["parser"], len(batch))
-        for row, source, _ in batch:
-            row["status"] = "partial"
-            source.notes.append(f"parser error: {type(exc).__name__}: {exc}"[:500])
-    return [_finish_row(row, source) for row, source, _ in batch]
-
-
-BUILD_FILES = 256  # files read and waiting to be built together, at most, per kind
-# ... and bytes: big files a parser builds with others (text logs under a chunk) are built a few
-# to a frame, whose fixed cost they share (~600 Polars calls, ~20 ms), as many as keep a worker's
-# frame under two chunks: three 16 MB rank logs, not two (64 ranks 3.18-3.28 -> 3.09-3.13 s, 512
-# ranks 21.1 -> 19.5 s; ~50 MiB more at the peak); four save no more, and the end waits on bigger tasks
-BUILD_BYTES = 56 << 20
 # Files smaller than this travel to a worker in batches: a task's round trip (pickling the
 # sources and the frames, the result's wake-up) costs milliseconds, as much as parsing a small log.
 BATCH_BYTES = 4 << 20
 BATCH_FILES = 32  # ~1 s of work a task: enough tasks to keep every worker busy to the end
 
 
-class _Collected:
-    """What one file's parse yields, kept to send back from a worker process."""
-
-    def __init__(self):
-        self.frames: dict[str, list[pl.DataFrame]] = {}
-
-    def add(self, table: str, df: pl.DataFrame) -> None:
-        if df.height:
-            self.frames.setdefault(table, []).append(df)
-
-
-def _parse_in_worker(sources: list[Source]) -> tuple[list[dict], dict[str, pl.DataFrame]]:
-    collected = _Collected()
-    rows = _parse_files(collected, sources)
-    return rows, {t: _as_dictionaries(pl.concat(fs, how="vertical_relaxed")) for t, fs in collected.frames.items()}
-
-
-# The one set of categories every process's dictionaries name: frames of two workers then concatenate
-# as they are (each value's code is remapped as a frame is unpickled), where two sets would not.
-_CATEGORIES = "postmortem"
-_DICTIONARY_MIN_ROWS = 256
-
-
-def _as_dictionaries(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with each text column that holds few distinct values (a 16th of its rows at most) as a
-    dictionary (Categorical), to travel to the main process: a compile record's attrs and reason repeat
-    at every step of every rank (205k records holding 140 MB of text in 7 values for 64 ranks), and
-    the text would be pickled, unpickled and copied into DuckDB a row at a time, where the codes are
-    a few bytes each. DuckDB reads a dictionary into its text columns as the text."""
-    if df.height < _DICTIONARY_MIN_ROWS:
-        return df
-    few = [name for name, dtype in df.schema.items()
-           if dtype == pl.String and df[name].n_unique() * 16 <= df.height]
-    return df.with_columns(pl.col(few).cast(pl.Categorical(pl.Categories(_CATEGORIES)))) if few else df
-
-
 def _tasks(sources: list[Source]) -> list[list[Source]]:
     """Largest files first: one a task, or, where their parser builds them with others, as many
-    as BUILD_BYTES holds; then the small ones in batches. The tasks in order of their bytes, most
+    as ``parsing.BUILD_BYTES`` holds; then the small ones in batches. The tasks in order of their bytes, most
     first: the last are the smallest (what the main process takes while the workers start)."""
     tasks: list[list[Source]] = []
     batch: list[Source] = []
@@ -192,11 +60,11 @@ def _tasks(sources: list[Source]) -> list[list[Source]]:
     built: list[Source] = []
     built_bytes = 0
     for source in sorted(sources, key=lambda s: -s.bytes):
-        if source.bytes >= BATCH_BYTES and not _batched(source):
+        if source.bytes >= BATCH_BYTES and not parsing.batched(source):
             tasks.append([source])
             continue
         if source.bytes >= BATCH_BYTES:
-            if built and built_bytes + source.bytes > BUILD_BYTES:
+            if built and built_bytes + source.bytes > parsing.BUILD_BYTES:
                 tasks.append(built)
                 built, built_bytes = [], 0
             built.append(source)
@@ -229,7 +97,7 @@ class _Submitter(threading.Thread):
                     if not self.queue:
                         return
                     task = self.queue.popleft()
-                self.futures[self.pool.submit(_parse_in_worker, task)] = task
+                self.futures[self.pool.submit(parsing.parse_in_worker, task)] = task
         except BaseException as exc:  # (raised where the caller joins: no task is lost unsaid)
             self.error = exc
 
@@ -251,7 +119,7 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
     rows = []
     processes = min(workers.usable_cores(), len(sources))
     # A file read on its own and built with others of its kind costs a fraction of one parsed alone.
-    one_by_one = sum(1 for s in sources if not _batched(s))
+    one_by_one = sum(1 for s in sources if not parsing.batched(s))
     small_job = (total_bytes < PARALLEL_MIN_BYTES and one_by_one < PARALLEL_MIN_FILES
                  and len(sources) - one_by_one < PARALLEL_MIN_BATCHED)
     context = None if small_job or processes < 2 else workers.worker_context()
@@ -262,7 +130,7 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
                 progress(done_files, done_bytes, total_files, total_bytes, source.name)
             done_files += 1
             done_bytes += source.bytes
-        return _parse_files(out, sources, before)
+        return parsing.parse_files(out, sources, before)
     # The workers have the cores: meanwhile DuckDB inserts what they send on one thread of its
     # own (more would only contend with them: 828k rows, 2.1 -> 1.2 s of CPU).
     out.con.execute("SET threads = 1")
@@ -287,7 +155,7 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
             # process takes the last tasks (the smallest) off the queue and parses them itself.
             submitter = _Submitter(pool, queue, futures)
             while not futures and (task := submitter.take_last()) is not None:
-                finished(task, _parse_in_worker(task))  # (its frames as a worker's: they concatenate)
+                finished(task, parsing.parse_in_worker(task))  # (its frames as a worker's: they concatenate)
             submitter.join()
             for future in as_completed(futures):
                 # popped: a finished future keeps its result, every parsed frame of the job otherwise

@@ -1,6 +1,7 @@
 """What the parsing workers' server (``workers.worker_context``) imports and builds once, before it
-forks a worker: the parse pipeline and what a worker would otherwise build in its first task, each
-worker again (~65 ms of a core each, against ~155 ms for the task's three 16 MB logs after it):
+forks a worker: what a worker runs (``parsing``, which imports no DuckDB, no engine), and what each
+worker would otherwise build again in its first task (~65 ms of a core each, against ~155 ms for the
+task's three 16 MB logs after it):
 
 - ``pyarrow.compute``, which Polars imports at a process's first conversion from Arrow (47 ms:
   it builds a Python function, with its docstring, for every Arrow kernel);
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import pyarrow.compute  # noqa: F401
 
-from . import pipeline  # noqa: F401  (what a worker runs: ``pipeline._parse_in_worker``)
+from . import parsing  # noqa: F401  (what a worker runs: ``parsing.parse_in_worker``)
 from .parsers import scan
 
 scan.block_scanner()

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from postmortem import pipeline
+from postmortem import parsing, pipeline
 from postmortem.discover import discover
 
 from .conftest import sample_dir
@@ -18,7 +18,7 @@ from .conftest import sample_dir
 def _sources(monkeypatch):
     """A real job's sources, with the thresholds lowered so that it has big files, built ones and small ones."""
     monkeypatch.setattr(pipeline, "BATCH_BYTES", 4 << 10)
-    monkeypatch.setattr(pipeline, "BUILD_BYTES", 16 << 10)
+    monkeypatch.setattr(parsing, "BUILD_BYTES", 16 << 10)
     monkeypatch.setattr(pipeline, "BATCH_FILES", 3)
     return discover(sample_dir("hang_dataloader_console")).sources
 

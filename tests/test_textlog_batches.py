@@ -11,7 +11,7 @@ import pytest
 from postmortem.parsers import textlog
 from postmortem.parsers.source import Source
 
-from postmortem import api, discover, pipeline
+from postmortem import api, discover, parsing
 
 
 def tables(pairs) -> dict[str, pl.DataFrame]:
@@ -96,7 +96,7 @@ def test_files_read_to_be_built_together_wait_in_bounded_batches(monkeypatch, sa
         return build(reads)
 
     monkeypatch.setattr(textlog, "build", counted)
-    monkeypatch.setattr(pipeline, "BUILD_FILES", 2)
+    monkeypatch.setattr(parsing, "BUILD_FILES", 2)
     split = api.analyze(sample("rank_sigkill"), keep=False)
     assert sizes and max(sizes) <= 2 and sum(sizes) > 2
     assert split["verdict"] == whole["verdict"]
