@@ -111,8 +111,10 @@ class _Submitter(threading.Thread):
             raise self.error
 
 
-def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progress | None) -> list[dict]:
-    """Parse every file: in this process for a small job, across all cores for a big one."""
+def _parse_all(found: discovery.Discovery, run_id: str,
+               progress: Progress | None) -> tuple[duckdb.DuckDBPyConnection, list[dict]]:
+    """Parse every file into a new staging database: in this process for a small job, across all
+    cores for a big one. The database and the files' rows."""
     sources = found.sources
     total_files, total_bytes = len(sources), sum(s.bytes for s in sources)
     done_files = done_bytes = 0
@@ -130,30 +132,35 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
                 progress(done_files, done_bytes, total_files, total_bytes, source.name)
             done_files += 1
             done_bytes += source.bytes
-        return parsing.parse_files(out, sources, before)
-    # The workers have the cores: meanwhile DuckDB inserts what they send on one thread of its
-    # own (more would only contend with them: 828k rows, 2.1 -> 1.2 s of CPU).
-    out.con.execute("SET threads = 1")
-    try:
-        with workers.worker_environment(), workers.pool(processes, context) as pool:
-            queue = collections.deque(_tasks(sources))  # (largest first)
-            futures: dict = {}
+        out = store.Batcher(store.staging(), run_id)
+        rows = parsing.parse_files(out, sources, before)
+        out.flush()
+        return out.con, rows
+    with workers.worker_environment(), workers.pool(processes, context) as pool:
+        queue = collections.deque(_tasks(sources))  # (largest first)
+        futures: dict = {}
 
-            def finished(task: list[Source], result: tuple[list[dict], dict[str, pl.DataFrame]]) -> None:
-                nonlocal rows, done_files, done_bytes
-                task_rows, frames = result
-                for table, frame in frames.items():
-                    out.add(table, frame)
-                rows += task_rows
-                done_files += len(task)
-                done_bytes += sum(s.bytes for s in task)
-                if progress:
-                    progress(done_files, done_bytes, total_files, total_bytes, task[-1].name)
+        def finished(task: list[Source], result: tuple[list[dict], dict[str, pl.DataFrame]]) -> None:
+            nonlocal rows, done_files, done_bytes
+            task_rows, frames = result
+            for table, frame in frames.items():
+                out.add(table, frame)
+            rows += task_rows
+            done_files += len(task)
+            done_bytes += sum(s.bytes for s in task)
+            if progress:
+                progress(done_files, done_bytes, total_files, total_bytes, task[-1].name)
 
-            # The first task handed to the pool waits for its server to import the parsers (~0.3 s of a
-            # core): the tasks are handed over on a thread of their own, and until the first is, this
-            # process takes the last tasks (the smallest) off the queue and parses them itself.
-            submitter = _Submitter(pool, queue, futures)
+        # The first task handed to the pool waits for its server to import the parsers (~0.3 s of a
+        # core): the tasks are handed over on a thread of their own, and until the first is, this
+        # process takes the last tasks (the smallest) off the queue and parses them itself. The
+        # staging database is made once they are handed over (~30 ms the workers do not wait).
+        submitter = _Submitter(pool, queue, futures)
+        out = store.Batcher(store.staging(), run_id)
+        # The workers have the cores: meanwhile DuckDB inserts what they send on one thread of its
+        # own (more would only contend with them: 828k rows, 2.1 -> 1.2 s of CPU).
+        out.con.execute("SET threads = 1")
+        try:
             while not futures and (task := submitter.take_last()) is not None:
                 finished(task, parsing.parse_in_worker(task))  # (its frames as a worker's: they concatenate)
             submitter.join()
@@ -161,9 +168,10 @@ def _parse_all(found: discovery.Discovery, out: store.Batcher, progress: Progres
                 # popped: a finished future keeps its result, every parsed frame of the job otherwise
                 task = futures.pop(future)
                 finished(task, future.result())
-    finally:
-        out.con.execute("RESET threads")
-    return rows
+        finally:
+            out.con.execute("RESET threads")
+    out.flush()
+    return out.con, rows
 
 
 def load(
@@ -174,11 +182,9 @@ def load(
 ) -> tuple[duckdb.DuckDBPyConnection, str, discovery.Discovery]:
     """Discover and parse a log directory into a new staging database (nothing matched yet)."""
     found = discovery.discover(Path(path), limits)
-    con = store.staging()
     run_id = new_run_id()
-    out = store.Batcher(con, run_id)
-    rows = list(found.skipped) + _parse_all(found, out, progress)
-    out.flush()
+    con, parsed = _parse_all(found, run_id, progress)
+    rows = list(found.skipped) + parsed
     store.compact(con)  # every parsed row is in: what queries them from here reads them compressed
     if progress:
         total = sum(s.bytes for s in found.sources)
