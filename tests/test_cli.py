@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -107,9 +109,6 @@ def test_a_log_piped_to_standard_input_is_analyzed_and_an_empty_one_is_one_sente
 
 def _command(*args: str, **kwargs):
     """The installed command as a user runs it (its own process: the quick exit of cli.main included)."""
-    import subprocess
-    import sys
-
     streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
     return subprocess.run([sys.executable, "-m", "postmortem", *args], text=True, timeout=300, **streams)
 
@@ -131,3 +130,15 @@ def test_a_report_that_cannot_be_written_is_said_in_one_line():
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
         "postmortem: Cannot write the report to standard output: No space left on device."]
+
+
+def test_a_command_line_is_parsed_without_importing_pydantic():
+    # typer 0.29 imports pydantic and builds an adapter for each parameter at every invocation
+    # (~70 ms before the verb runs; pyproject keeps typer below it): a newer typer that does so fails here.
+    code = ("import sys\n"
+            "from typer.testing import CliRunner\n"
+            "from postmortem.cli import app\n"
+            "result = CliRunner().invoke(app, ['analyze', '/nonexistent/dir', '--no-history'])\n"
+            "print(result.exit_code, 'pydantic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["2", "False"]
