@@ -44,6 +44,8 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
+LAST_ROUND_ROWS = 8192  # a batch's rows once the last round of tasks is out (``_parse_all``)
+
 # Files smaller than this travel to a worker in batches: a task's round trip (pickling the
 # sources and the frames, the result's wake-up) costs milliseconds, as much as parsing a small log.
 BATCH_BYTES = 4 << 20
@@ -144,16 +146,17 @@ def _parse_all(found: discovery.Discovery, run_id: str,
         def finished(task: list[Source], result: tuple[list[dict], dict[str, pl.DataFrame]]) -> None:
             nonlocal rows, done_files, done_bytes
             task_rows, frames = result
-            for table, frame in frames.items():
-                out.add(table, frame)
             rows += task_rows
-            # Once only the last round of tasks is out, what came in goes in at once, while the
-            # workers parse that round: not all at the end, one core idle (the 64-rank job's last
-            # 42k rows, 0.15 s, were inserted after its last task).
-            if handed_out and sum(s.bytes for t in futures.values() for s in t) <= processes * parsing.BUILD_BYTES:
-                out.flush()
             done_files += len(task)
             done_bytes += sum(s.bytes for s in task)
+            # Once only the last round of work is left, batches are small: what comes in goes in
+            # while the workers parse that round, not all after it, one core idle (the 64-rank job's
+            # last 42k rows, 0.15 s). Not a batch a result: a job's last tasks are its many small
+            # files, and each insert costs ~10 ms however few its rows (512 ranks: 48 more, 0.5 s).
+            if handed_out and total_bytes - done_bytes <= processes * parsing.BUILD_BYTES:
+                out.max_rows = min(out.max_rows, LAST_ROUND_ROWS)
+            for table, frame in frames.items():
+                out.add(table, frame)
             if progress:
                 progress(done_files, done_bytes, total_files, total_bytes, task[-1].name)
 
