@@ -57,7 +57,7 @@ def _finish_row(row: dict, source: Source) -> dict:
 
 
 def _parse_file(out: Frames, source: Source) -> dict:
-    """Parse one file into the staging tables; never raises for what is in the file."""
+    """Parse one file into ``out``; never raises for what is in the file."""
     row = _file_row(source)
 
     def work() -> None:
@@ -76,7 +76,7 @@ def batched(source: Source) -> bool:
 
 
 def parse_files(out: Frames, sources: list[Source],
-                 before: Callable[[Source], None] | None = None) -> list[dict]:
+                before: Callable[[Source], None] | None = None) -> list[dict]:
     """Parse files one by one, except those whose parser reads a file on its own (``read``) and
     makes frames of many at once (``build``): a flight-recorder dump costs microseconds that way,
     and a small text log a fraction of the ~40 ms that frames of its own cost. ``before(source)``

@@ -54,8 +54,8 @@ BATCH_FILES = 32  # ~1 s of work a task: enough tasks to keep every worker busy 
 
 def _tasks(sources: list[Source]) -> list[list[Source]]:
     """Largest files first: one a task, or, where their parser builds them with others, as many
-    as ``parsing.BUILD_BYTES`` holds; then the small ones in batches. The tasks in order of their bytes, most
-    first: the last are the smallest (what the main process takes while the workers start)."""
+    as ``parsing.BUILD_BYTES`` holds; then the small ones in batches. The tasks in order of their
+    bytes, most first: the last are the smallest (what the main process takes while the workers start)."""
     tasks: list[list[Source]] = []
     batch: list[Source] = []
     batch_bytes = 0

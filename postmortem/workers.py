@@ -48,8 +48,8 @@ _POLARS_JEMALLOC_DEFAULTS = ("dirty_decay_ms:500,muzzy_decay_ms:1000",
                              "dirty_decay_ms:500,muzzy_decay_ms:1000,thp:always,metadata_thp:always")
 
 # What the workers' server imports once, for every worker it forks: the script that started this
-# process (what a worker imports first), and the parse pipeline with what a worker would otherwise
-# build in its first task (``worker_preload``).
+# process (what a worker imports first), and what a worker runs with what it would otherwise build
+# in its first task (``worker_preload``).
 _PRELOAD = ["__main__", "postmortem.worker_preload"]
 
 

@@ -211,6 +211,7 @@ def test_a_worker_has_what_its_first_task_would_build_from_its_server():
 def test_what_the_workers_server_imports_holds_no_database_and_no_engine():
     # The server imports on another core while the command imports its own modules: the sooner it
     # is done, the sooner the workers start. A worker parses; it never queries.
-    code = "import sys, postmortem.worker_preload; print(sorted(m for m in ('duckdb', 'postmortem.engine', 'postmortem.store', 'rich') if m in sys.modules))"
+    code = ("import sys, postmortem.worker_preload\n"
+            "print(sorted(m for m in ('duckdb', 'postmortem.engine', 'postmortem.store', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
