@@ -141,7 +141,6 @@ def _parse_all(found: discovery.Discovery, run_id: str,
     with workers.worker_environment(), workers.pool(processes, context) as pool:
         queue = collections.deque(_tasks(sources))  # (largest first)
         futures: dict = {}
-        handed_out = False  # every task is in the pool (futures holds those not finished)
 
         def finished(task: list[Source], result: tuple[list[dict], dict[str, pl.DataFrame]]) -> None:
             nonlocal rows, done_files, done_bytes
@@ -153,7 +152,7 @@ def _parse_all(found: discovery.Discovery, run_id: str,
             # while the workers parse that round, not all after it, one core idle (the 64-rank job's
             # last 42k rows, 0.15 s). Not a batch a result: a job's last tasks are its many small
             # files, and each insert costs ~10 ms however few its rows (512 ranks: 48 more, 0.5 s).
-            if handed_out and total_bytes - done_bytes <= processes * parsing.BUILD_BYTES:
+            if total_bytes - done_bytes <= processes * parsing.BUILD_BYTES:
                 out.max_rows = min(out.max_rows, LAST_ROUND_ROWS)
             for table, frame in frames.items():
                 out.add(table, frame)
@@ -173,7 +172,6 @@ def _parse_all(found: discovery.Discovery, run_id: str,
             while not futures and (task := submitter.take_last()) is not None:
                 finished(task, parsing.parse_in_worker(task))  # (its frames as a worker's: they concatenate)
             submitter.join()
-            handed_out = True
             for future in as_completed(futures):
                 # popped: a finished future keeps its result, every parsed frame of the job otherwise
                 task = futures.pop(future)

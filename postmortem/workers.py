@@ -58,12 +58,19 @@ def _users_own(name: str) -> bool:
     return value is not None and not (name == "_RJEM_MALLOC_CONF" and value in _POLARS_JEMALLOC_DEFAULTS)
 
 
-@contextlib.contextmanager
-def worker_environment() -> Iterator[None]:
+def worker_environment() -> contextlib.AbstractContextManager[None]:
     """Workers spawned inside see WORKER_ENVIRONMENT (only what the user has not set)."""
-    before = {name: os.environ.get(name) for name in WORKER_ENVIRONMENT if not _users_own(name)}
+    return environment(WORKER_ENVIRONMENT)
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """Inside, ``values`` in this process's environment, where the user has not set them (a
+    default Polars put in _RJEM_MALLOC_CONF is not the user's: the value goes after it); outside,
+    the environment as it was."""
+    before = {name: os.environ.get(name) for name in values if not _users_own(name)}
     for name, value in before.items():
-        os.environ[name] = WORKER_ENVIRONMENT[name] if value is None else f"{value},{WORKER_ENVIRONMENT[name]}"
+        os.environ[name] = values[name] if value is None else f"{value},{values[name]}"
     try:
         yield
     finally:

@@ -169,8 +169,9 @@ def test_a_server_that_cannot_start_early_leaves_the_command_to_go_on(tmp_path, 
 def _threads_after_importing_the_cli(helper: bool, env: dict[str, str]) -> tuple[int, str | None]:
     """(threads, OPENBLAS_NUM_THREADS afterwards) of a process that imported the CLI as the command does."""
     code = ("import os, time\n"
-            "from postmortem import entry\n"
-            + ("with entry.one_blas_thread():\n    import postmortem.cli\n" if helper else "import postmortem.cli\n")
+            "from postmortem import entry, workers\n"
+            + ("with workers.environment(entry.ONE_BLAS_THREAD):\n    import postmortem.cli\n" if helper
+               else "import postmortem.cli\n")
             + "time.sleep(0.05)\n"
             "print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
