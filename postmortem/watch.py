@@ -639,11 +639,13 @@ class Meeting:
     directory (no process of our own beyond the watchers):
 
         postmortem-watch/watchers/<id>.json         each watcher, its host and ranks, written at start
-        postmortem-watch/trigger.json               {"id", "by", "at"}: a watcher saw a stall
+        postmortem-watch/triggers/<stall>.json      {"id", "by", "at", "since"}: a watcher saw stall 1, 2, ...
         postmortem-watch/answers/<stall>/<id>.json  a watcher dumped its ranks for that stall
         postmortem-watch/verdicts/<stall>.json      the verdict the leader (the node holding rank 0) read
 
-    Every file is written whole and renamed into place, so a reader never sees half of one.
+    Every file is written whole and renamed into place, so a reader never sees half of one; a
+    trigger is linked into place, so of two watchers that see one stall in the same look only one
+    reports it and both answer that one.
     """
 
     def __init__(self, root: Path, me: str):
@@ -671,18 +673,39 @@ class Meeting:
         found = (self._read(p) for p in sorted((self.root / "watchers").glob("*.json")))
         return [w for w in found if w and isinstance(w.get("ranks"), list)]
 
+    def _last_stall(self) -> int:
+        """The number of the last stall reported here (0: none yet)."""
+        return max((int(p.stem) for p in (self.root / "triggers").glob("*.json") if p.stem.isdigit()), default=0)
+
     def latest(self) -> dict | None:
-        return self._read(self.root / "trigger.json")
+        number = self._last_stall()
+        return self._read(self.root / "triggers" / f"{number}.json") if number else None
 
     def pending(self) -> dict | None:
-        """The latest stall, when this watcher has not answered it yet."""
+        """The latest stall, when this watcher has not answered it yet and the leader still waits
+        for answers (a trigger left in the directory by an earlier watch is not news)."""
         trigger = self.latest()
-        return trigger if trigger and trigger.get("id") and trigger["id"] not in self.answered else None
+        if not trigger or not trigger.get("id") or trigger["id"] in self.answered:
+            return None
+        at = trigger.get("at")
+        return trigger if isinstance(at, (int, float)) and time.time() - at < ANSWER_WAIT_S else None
 
     def trigger(self, stuck: list[int], since_wall: float) -> dict:
-        doc = {"id": f"{int(time.time())}-{secrets.token_hex(3)}", "by": self.me, "at": time.time(),
-               "since": since_wall, "stalled_ranks": stuck}
-        self._write(self.root / "trigger.json", doc)
+        """Report a stall as the next one; when another watcher reported that one first (it saw
+        the same stall in the same look), its trigger. Linking a whole file to a name fails where
+        the name exists, on NFS too: two watchers can never both report stall N."""
+        number = self._last_stall() + 1
+        doc = {"id": str(number), "by": self.me, "at": time.time(), "since": since_wall, "stalled_ranks": stuck}
+        path = self.root / "triggers" / f"{number}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{number}.{self.me}.tmp")
+        tmp.write_text(json.dumps(doc), encoding="utf-8")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            doc = self._read(path) or doc
+        finally:
+            tmp.unlink(missing_ok=True)
         return doc
 
     def answer(self, stall_id: str, ranks: list[int], stalled: list[int]) -> None:

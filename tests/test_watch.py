@@ -281,6 +281,35 @@ def test_a_node_answering_a_stall_names_its_ranks_frozen_since_it_began_though_i
     assert node1.stalled_in({"id": "x", "by": "node0", "at": since + 10, "since": since}) == [2]
 
 
+def test_two_watchers_seeing_one_stall_in_the_same_look_answer_one_trigger(tmp_path, monkeypatch):
+    # Both nodes' ranks froze together and both watchers look on the same tick: node 1 read that
+    # no stall was reported yet, then node 0 reported it before node 1 wrote. Two triggers would
+    # leave each node answering its own, and the leader reading its node's ranks alone.
+    node0, node1 = watch.Meeting(tmp_path, "node0"), watch.Meeting(tmp_path, "node1")
+    first = node0.trigger([0, 1], time.time() - 10)
+    monkeypatch.setattr(node1, "_last_stall", lambda: 0)  # what node 1 read before node 0 wrote
+    assert node1.trigger([2, 3], time.time() - 10) == first
+    monkeypatch.undo()
+    assert node0.latest() == first and node1.latest() == first
+    assert sorted(p.name for p in (tmp_path / "triggers").iterdir()) == ["1.json"]
+    assert node1.pending() == first  # node 1 answers node 0's trigger ...
+    node1.answer(first["id"], [2, 3], [2, 3])
+    assert node1.pending() is None and node0.answers(first["id"])[0]["stalled"] == [2, 3]
+    later = node1.trigger([3], time.time())  # ... and a later stall is the next one
+    assert later["id"] == "2" and later["by"] == "node1" and node0.pending() == later
+
+
+def test_a_trigger_left_by_an_earlier_watch_is_not_answered(tmp_path):
+    earlier = watch.Meeting(tmp_path, "earlier")
+    earlier.trigger([1], time.time() - 100)
+    trigger_file = tmp_path / "triggers" / "1.json"
+    doc = json.loads(trigger_file.read_text())
+    trigger_file.write_text(json.dumps({**doc, "at": time.time() - watch.ANSWER_WAIT_S - 1}))
+    assert watch.Meeting(tmp_path, "now").pending() is None
+    trigger_file.write_text(json.dumps({**doc, "at": time.time() - 1}))
+    assert watch.Meeting(tmp_path, "now").pending()["id"] == "1"
+
+
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path):
     runner = CliRunner()
     for args, words in ((["--action", "restart", "--", "true"], "--action must be one of"),
