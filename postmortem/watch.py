@@ -698,12 +698,20 @@ class Meeting:
         doc = {"id": str(number), "by": self.me, "at": time.time(), "since": since_wall, "stalled_ranks": stuck}
         path = self.root / "triggers" / f"{number}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(doc).encode()
         tmp = path.with_name(f".{number}.{self.me}.tmp")
-        tmp.write_text(json.dumps(doc), encoding="utf-8")
+        tmp.write_bytes(text)
         try:
             os.link(tmp, path)
         except FileExistsError:
-            doc = self._read(path) or doc
+            return self._read(path) or doc
+        except OSError:  # a file system without hard links: created exclusively, then written
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return self._read(path) or doc
+            with os.fdopen(fd, "wb") as f:
+                f.write(text)
         finally:
             tmp.unlink(missing_ok=True)
         return doc

@@ -299,6 +299,19 @@ def test_two_watchers_seeing_one_stall_in_the_same_look_answer_one_trigger(tmp_p
     assert later["id"] == "2" and later["by"] == "node1" and node0.pending() == later
 
 
+def test_on_a_file_system_without_hard_links_a_stall_is_still_reported_once(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(watch.os, "link", no_links)
+    node0, node1 = watch.Meeting(tmp_path, "node0"), watch.Meeting(tmp_path, "node1")
+    first = node0.trigger([0, 1], time.time() - 10)
+    assert json.loads((tmp_path / "triggers" / "1.json").read_text()) == first
+    monkeypatch.setattr(node1, "_last_stall", lambda: 0)
+    assert node1.trigger([2, 3], time.time() - 10) == first
+    assert sorted(p.name for p in (tmp_path / "triggers").iterdir()) == ["1.json"]
+
+
 def test_a_trigger_left_by_an_earlier_watch_is_not_answered(tmp_path):
     earlier = watch.Meeting(tmp_path, "earlier")
     earlier.trigger([1], time.time() - 100)
