@@ -26,3 +26,4 @@ from . import (
 # A trainer state, an `ncclras -f json` report and the CSV files are text too.
 FILE_PARSERS = (error_file, profiler, flight_recorder, memory_snapshot, pyspy, torch_trace, hf_trainer_state,
                 ncclras, nvidia_smi_csv, metrics_csv, textlog)
+BY_KIND = {parser.KIND: parser for parser in FILE_PARSERS}  # the parser of each kind discovery names

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from postmortem.parsers import FILE_PARSERS, flight_recorder, memory_snapshot
+from postmortem.parsers import BY_KIND, FILE_PARSERS, flight_recorder, memory_snapshot
 from postmortem.parsers.lines import open_binary, read_blocks
 from postmortem.parsers.source import Source
 
@@ -56,8 +56,6 @@ def first_full_date(head: bytes) -> re.Match | None:
             return m
         at = m.start() + 1
     return None
-
-_PARSERS_BY_KIND = {parser.KIND: parser for parser in FILE_PARSERS}
 
 # Formats this version recognises but does not read yet: recorded as skipped, by name.
 _RECOGNISED_ONLY = {
@@ -288,7 +286,7 @@ def discover(root: Path, limits: Limits = Limits()) -> Discovery:
             content_rank.setdefault(path.parent, set()).add(rank)
         if rank is None and not console:
             # A format that names its rank inside (Kineto's distributedInfo.rank) says so itself.
-            rank = getattr(_PARSERS_BY_KIND.get(kind), "rank_from_head", lambda _: None)(head)
+            rank = getattr(BY_KIND.get(kind), "rank_from_head", lambda _: None)(head)
         if rank is None and not console:
             rank = rank_from_name(rel)
         source = Source(path=path, name=rel, kind=kind, rank=rank, bytes=st.st_size, compressed=compressed)

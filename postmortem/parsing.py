@@ -16,12 +16,10 @@ from typing import Protocol
 
 import polars as pl
 
-from .parsers import FILE_PARSERS
+from .parsers import BY_KIND
 from .parsers.source import Source
 
 log = logging.getLogger(__name__)
-
-_PARSERS = {parser.KIND: parser for parser in FILE_PARSERS}
 
 
 class Frames(Protocol):
@@ -32,7 +30,7 @@ class Frames(Protocol):
 
 def _file_row(source: Source) -> dict:
     return {"path": source.name, "kind": source.kind, "rank": source.rank, "bytes": source.bytes,
-            "parser": _PARSERS[source.kind].__name__.rsplit(".", 1)[-1], "status": "parsed", "error": None}
+            "parser": BY_KIND[source.kind].__name__.rsplit(".", 1)[-1], "status": "parsed", "error": None}
 
 
 def _guarded(row: dict, source: Source, work: Callable[[], object]) -> object:
@@ -61,7 +59,7 @@ def _parse_file(out: Frames, source: Source) -> dict:
     row = _file_row(source)
 
     def work() -> None:
-        for table, frame in _PARSERS[source.kind].parse(source):
+        for table, frame in BY_KIND[source.kind].parse(source):
             out.add(table, frame)
 
     _guarded(row, source, work)
@@ -71,7 +69,7 @@ def _parse_file(out: Frames, source: Source) -> dict:
 def batched(source: Source) -> bool:
     """Whether the file's parser reads it on its own (``read``) and builds frames of many files
     at once (``build``): all its files, or those it calls ``batchable``."""
-    parser = _PARSERS[source.kind]
+    parser = BY_KIND[source.kind]
     return hasattr(parser, "build") and getattr(parser, "batchable", lambda _: True)(source)
 
 
@@ -86,7 +84,7 @@ def parse_files(out: Frames, sources: list[Source],
     for source in sources:
         if before:
             before(source)
-        parser = _PARSERS[source.kind]
+        parser = BY_KIND[source.kind]
         if not batched(source):
             rows.append(_parse_file(out, source))
             continue
@@ -108,7 +106,7 @@ def parse_files(out: Frames, sources: list[Source],
 def _build(out: Frames, batch: list[tuple[dict, Source, object]]) -> list[dict]:
     """The frames of a batch of files of one kind, read by its parser; the files' rows."""
     try:
-        for table, frame in _PARSERS[batch[0][1].kind].build([got for _, _, got in batch]):
+        for table, frame in BY_KIND[batch[0][1].kind].build([got for _, _, got in batch]):
             out.add(table, frame)
     except Exception as exc:  # a parser bug: every file of the batch is short of its rows
         log.exception("parser %s failed building %d files", batch[0][0]["parser"], len(batch))

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from postmortem.discover import discover
-from postmortem.parsers import FILE_PARSERS
+from postmortem.parsers import BY_KIND
 from postmortem.parsers.source import Source
 
 from .conftest import SAMPLES
@@ -34,7 +34,6 @@ INPUT_ERRORS = (OSError, EOFError, ValueError, UnicodeError)
 EXAMPLES = int(os.environ.get("POSTMORTEM_FUZZ_EXAMPLES", "25"))
 MAX_SEED_BYTES = 512 << 10
 SEEDS_PER_KIND = 4
-_PARSERS = {p.KIND: p for p in FILE_PARSERS}
 
 
 def _candidates() -> dict[str, list[Source]]:
@@ -54,7 +53,7 @@ def row_kinds(source: Source) -> set[tuple]:
     """What a file gives: each table it fills, and each value of those tables' categorical
     (string, at most 16 distinct values) columns."""
     kinds: set[tuple] = set()
-    for table, frame in _PARSERS[source.kind].parse(source):
+    for table, frame in BY_KIND[source.kind].parse(source):
         kinds.add((table,))
         for column, dtype in frame.schema.items():
             if dtype == pl.String and column != "file":
@@ -101,7 +100,7 @@ def _mutate(data: bytes, how: str, at: float, junk: bytes) -> bytes:
 def _parse(kind: str, path: Path) -> None:
     source = Source(path=path, name=path.name, kind=kind, rank=0, year=2026)
     try:
-        for _table, _frame in _PARSERS[kind].parse(source):
+        for _table, _frame in BY_KIND[kind].parse(source):
             pass
     except INPUT_ERRORS:
         pass  # recorded as `partial` with the reason; the run goes on
