@@ -644,19 +644,45 @@ class Meeting:
         postmortem-watch/verdicts/<stall>.json      the verdict the leader (the node holding rank 0) read
 
     Every file is written whole and renamed into place, so a reader never sees half of one; a
-    trigger is linked into place, so of two watchers that see one stall in the same look only one
-    reports it and both answer that one.
+    trigger is created only where none is (``_create``), so of two watchers that see one stall in
+    the same look only one reports it and both answer that one.
     """
 
     def __init__(self, root: Path, me: str):
         self.root, self.me = root, me
         self.answered: set[str] = set()
 
-    def _write(self, path: Path, doc: dict) -> None:
+    def _staged(self, path: Path, doc: dict) -> Path:
+        """``doc`` written whole beside ``path``, under a name of this watcher's, to be put in place."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{self.me}.tmp")
         tmp.write_text(json.dumps(doc, default=str), encoding="utf-8")
-        os.replace(tmp, path)
+        return tmp
+
+    def _write(self, path: Path, doc: dict) -> None:
+        os.replace(self._staged(path, doc), path)
+
+    def _create(self, path: Path, doc: dict) -> bool:
+        """``_write``, unless ``path`` exists (another watcher's): linked into place, as a link fails
+        where the name exists (on NFS too); on a file system without links, created exclusively and
+        then written. Whether this watcher's ``doc`` is the one there."""
+        tmp = self._staged(path, doc)
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(doc, default=str))
+        return True
 
     def _read(self, path: Path) -> dict | None:
         try:
@@ -692,29 +718,12 @@ class Meeting:
 
     def trigger(self, stuck: list[int], since_wall: float) -> dict:
         """Report a stall as the next one; when another watcher reported that one first (it saw
-        the same stall in the same look), its trigger. Linking a whole file to a name fails where
-        the name exists, on NFS too: two watchers can never both report stall N."""
+        the same stall in the same look), its trigger: created only where none is (``_create``),
+        two watchers can never both report stall N."""
         number = self._last_stall() + 1
         doc = {"id": str(number), "by": self.me, "at": time.time(), "since": since_wall, "stalled_ranks": stuck}
         path = self.root / "triggers" / f"{number}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(doc).encode()
-        tmp = path.with_name(f".{number}.{self.me}.tmp")
-        tmp.write_bytes(text)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return self._read(path) or doc
-        except OSError:  # a file system without hard links: created exclusively, then written
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return self._read(path) or doc
-            with os.fdopen(fd, "wb") as f:
-                f.write(text)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return doc
+        return doc if self._create(path, doc) else self._read(path) or doc
 
     def answer(self, stall_id: str, ranks: list[int], stalled: list[int]) -> None:
         self.answered.add(stall_id)
