@@ -14,6 +14,8 @@ def main() -> None:
     from . import workers
 
     workers.start_early(sys.argv[1:])
+    if sys.argv[1:2] == ["analyze"]:
+        workers.without_numpy()
     # numpy's OpenBLAS, loaded by what the CLI imports (pyarrow imports numpy), starts no threads of
     # its own: this process does no linear algebra, and each such thread spins ~0.1 s of a core
     # waiting for work once started (the 64-rank benchmark: 0.07-0.2 s of CPU the parsing workers

@@ -99,6 +99,21 @@ def test_a_server_started_early_serves_the_workers_with_their_settings_and_the_r
     assert tuple(json.loads(out.stdout)) == _verdict(api.analyze(job, keep=False))
 
 
+def test_a_program_that_calls_the_api_keeps_numpy_in_the_pools_it_forks_from_the_same_server():
+    # (the command's server imports no NumPy, nor does the command; a program's own pool may share the server)
+    job = sample_dir("hang_dataloader")
+    code = _PARALLEL + (
+        "import sys\nfrom concurrent.futures import ProcessPoolExecutor\n"
+        "from postmortem import api, workers\n"
+        "api.analyze(sys.argv[1], keep=False)\n"
+        "with ProcessPoolExecutor(1, mp_context=workers.worker_context()) as pool:\n"
+        "    pool.submit(exec, 'import numpy').result()\n"
+        "import numpy\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(job)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+
+
 def test_a_script_read_from_standard_input_parses_a_big_job_in_its_own_process(tmp_path):
     # (a worker imports the script that started its parent first: one read from stdin names no file)
     job = sample_dir("hang_dataloader")
