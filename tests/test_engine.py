@@ -191,3 +191,20 @@ def test_a_result_checks_share_is_computed_once_while_signatures_are_matched_sid
         with pytest.raises(RuntimeError):
             checks.once(("broken",), fails)
         assert checks.once(("broken",), lambda: "computed again") == "computed again"
+
+
+@pytest.mark.parametrize("scenario", ["hang_dataloader_nccl", "lock_wait_in_save", "rank_sigkill", "fsdp_desync",
+                                      "silent_hang_killed", "rank_frozen"])
+def test_checks_that_share_what_they_read_find_what_each_finds_alone(scenario):
+    """The checks of one matching read the rank endings, timeouts and stack positions once
+    (``checks.once``): each finds what it finds when it works them out itself (a check that changed
+    what it shares would change what the next one finds)."""
+    from postmortem import checks, pipeline
+
+    con, run_id, _ = pipeline.load(sample_dir(scenario))
+    sigs, _ = catalog.load_all(None)
+    alone = {s.id: engine.evidence_rows(con, s, run_id) for s in sigs}
+    with checks.shared_results():
+        shared = {s.id: engine.evidence_rows(con, s, run_id) for s in sigs}
+    assert shared == alone
+    assert any(rows for sid, rows in alone.items() if sid in ("collective-hang", "rank-crash", "timeout-misconfigured"))

@@ -32,10 +32,9 @@ from dataclasses import replace
 import duckdb
 
 from postmortem.ranges import rank_ranges
-from postmortem.summary import rank_endings
 
 from . import collective_alignment as alignment
-from .common import stack_positions, stuck_elsewhere
+from .common import endings, stack_positions, stuck_elsewhere
 
 _KINDS = ("never_enqueued", "never_completed")
 
@@ -542,7 +541,7 @@ def check(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     first_mismatch = {d.pg: d.seq for d in everything if d.kind == "mismatch" and d.source == "flight_recorder"}
     found = [d for d in everything if d.kind in _KINDS and d.seq < first_mismatch.get(d.pg, d.seq + 1)]
     # A rank that died of its own failure never issued what came after: rank-crash's case.
-    crashed = {e["rank"] for e in rank_endings(con, run_id)
+    crashed = {e["rank"] for e in endings(con, run_id)
                if not e["consequence"] and e["ended"] != "no failure recorded"}
     found = [replace(d, culprits=[r for r in d.culprits if r not in crashed]) if d.kind == "never_enqueued" else d
              for d in found]

@@ -8,6 +8,8 @@ import duckdb
 
 from postmortem.summary import NCCL_ABORT, rank_endings
 
+from . import once
+
 # A frame is the user's when its file matches none of these (SQL LIKE patterns; py-spy prints
 # short file names): as SQL for the queries, as a function for the checks' own Python.
 _NOT_USER = ("%site-packages/%", "%dist-packages/%", "torch/%", "%/torch/%", "%/lib/python3%", "<%",
@@ -19,11 +21,24 @@ def is_user_file(file: str) -> bool:
     return not any(fnmatchcase(file, p.replace("%", "*")) for p in _NOT_USER)
 
 
+# What several checks of one matching read alike is worked out once (``checks.once``: don't change
+# what these return): the hang checks' rank endings, timeouts and stack positions, 64 ranks' ~60 ms.
+
+
+def endings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    """``summary.rank_endings``, once a matching."""
+    return once(("rank_endings", run_id), lambda: rank_endings(con, run_id))
+
+
 def timed_out_ranks(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, dict]:
     """Ranks that gave up waiting in a collective, with their first timeout line: the watchdog's
     "Watchdog caught collective operation timeout", gloo's "Timed out waiting", or the watchdog's
     status line of the same failure ("Exception (either an error or timeout) detected by watchdog
     at work: 1580", a timed-out sequence in ``rank_status``), whichever of them an excerpt kept."""
+    return once(("timed_out_ranks", run_id), lambda: _timed_out_ranks(con, run_id))
+
+
+def _timed_out_ranks(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, dict]:
     rows = con.execute(
         f"""
         WITH waits AS (
@@ -66,6 +81,10 @@ def stack_positions(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, di
     """Per rank with a py-spy dump: its main thread's innermost frame, the collective it is
     in (a torch.distributed call, or DDP's gradient all-reduce under backward), and the
     innermost frame of the user's own code."""
+    return once(("stack_positions", run_id), lambda: _stack_positions(con, run_id))
+
+
+def _stack_positions(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, dict]:
     rows = con.execute(
         f"""
         WITH main AS (
@@ -103,10 +122,14 @@ def stack_positions(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, di
 
 def stuck_elsewhere(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict, list[dict]]:
     """(ranks that timed out in a collective, ranks that never did and never failed on their own)."""
+    return once(("stuck_elsewhere", run_id), lambda: _stuck_elsewhere(con, run_id))
+
+
+def _stuck_elsewhere(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict, list[dict]]:
     timed_out = timed_out_ranks(con, run_id)
     if not timed_out:
         return timed_out, []
-    endings = {e["rank"]: e for e in rank_endings(con, run_id)}
+    ends = {e["rank"]: e for e in endings(con, run_id)}
     # A rank whose watchdog says it issued the sequence the others timed out in ("Received a dump
     # signal ... Last enqueued NCCL work: 460631"), or whose watchdog was itself stuck inside
     # NCCL/CUDA, was there too: it is not the rank that never came.
@@ -118,7 +141,7 @@ def stuck_elsewhere(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict, 
         UNION SELECT rank FROM events WHERE run_id = $1 AND kind = 'watchdog_stuck' AND rank IS NOT NULL
         """, [run_id]).fetchall()}
     missing = []
-    for rank, ending in sorted(endings.items()):
+    for rank, ending in sorted(ends.items()):
         if rank in timed_out or rank in there or ending["ended"] == NCCL_ABORT:
             continue
         torn_down = ending["consequence"] or ending["ended"] == "no failure recorded"
@@ -127,8 +150,8 @@ def stuck_elsewhere(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict, 
     named = [{"rank": r, "ended": "waited for by name", "ts": None, "ts_inferred": False, "consequence": False,
               "evidence": None, "first_error": None, "last_event": None}
              for r in sorted(waited_for(con, run_id) - set(timed_out) - {m["rank"] for m in missing} - there)
-             if r not in endings or endings[r]["ended"] == "no failure recorded"]
-    return timed_out, missing + (named or _never_seen(con, run_id, endings, timed_out))
+             if r not in ends or ends[r]["ended"] == "no failure recorded"]
+    return timed_out, missing + (named or _never_seen(con, run_id, ends, timed_out))
 
 
 def _never_seen(con: duckdb.DuckDBPyConnection, run_id: str, endings: dict, timed_out: dict) -> list[dict]:

@@ -13,7 +13,9 @@ from collections import defaultdict
 import duckdb
 
 from postmortem.ranges import rank_ranges
-from postmortem.summary import PEER_CAUSED, rank_endings
+from postmortem.summary import PEER_CAUSED
+
+from .common import endings as rank_endings
 
 _FATAL_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"}
 
