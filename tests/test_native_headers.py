@@ -101,8 +101,8 @@ def test_headers_of_every_shape_come_apart_in_c_as_in_polars(parts, year):
 @given(st.lists(st.tuples(st.sampled_from(["V1129 13:40:20.565000 1 a.py:1]", "[E a.cpp:1]", "x]", "]", "", "é]"]),
                           st.text(alphabet="] xé界", max_size=4)), min_size=1, max_size=12))
 def test_lines_that_start_with_the_head_of_the_line_before_come_apart_in_c_as_in_polars(lines_):
-    # (C takes a line that starts with the head before it to share it: a line cut right after its "]",
-    # a character of several bytes after it, a "]" after it, a line shorter than that head)
+    # (runs of lines that share a head, and lines that almost do: one cut right after its "]", a
+    # character of several bytes after it, a "]" after it, a line shorter than the head before it)
     _headers_both_ways(_lines_of("\n".join(head + tail for head, tail in lines_)))
 
 

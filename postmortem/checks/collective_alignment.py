@@ -137,7 +137,7 @@ def _dtype_text(dtypes: str | None) -> str | None:
 @functools.lru_cache(maxsize=4096)
 def _in_dtypes(dtypes: str | None) -> tuple | None:
     """The input dtypes a collective's ``dtypes`` names (a job's collectives name a few, each
-    decoded once: 64 ranks' 1,900 collectives, 6 of the alignment's 38 ms)."""
+    decoded once: 64 ranks' 1,900 collectives, the alignment 24.5 -> 22 ms)."""
     parsed = _dtype_doc(dtypes)
     values = parsed.get("in") if isinstance(parsed, dict) else None
     return tuple(values) if isinstance(values, list) and values else None
