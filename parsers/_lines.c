@@ -1109,7 +1109,10 @@ static uint64_t string_hash(const uint8_t *p, int32_t len) {
  * number among the distinct strings, numbered from 0 as they first appear (0 where NULL); returns
  * each distinct string's first row (uint32), in the order of their numbers: columns.dictionary's
  * numbering, in one pass and a hash table of the distinct strings alone (each string hashed once,
- * compared whole only with a distinct one of the same hash and length). */
+ * compared whole only with a distinct one of the same hash and length). A string is first compared
+ * with the one that followed the string before it the last time that one was met: the lines of a
+ * record logged again and again (a graph break every step, a stack dumped by every rank) come in the
+ * same order, and each is then told by one compare, not a hash and a look-up. */
 static PyObject *view_dictionary(PyObject *self, PyObject *args) {
     Py_buffer views_view, valid_view, codes_view;
     PyObject *data_obj, *valid_obj, *codes_obj, *result = NULL;
@@ -1121,6 +1124,7 @@ static PyObject *view_dictionary(PyObject *self, PyObject *args) {
     /* (the raw allocator: the tables grow where the GIL is let go) */
     uint32_t *table = NULL, *first = NULL;  /* a slot: 1 + a distinct string's number, 0 where empty */
     uint64_t *hashes = NULL;                /* each distinct string's hash */
+    uint32_t *after = NULL;                 /* each distinct string's: 1 + the number of the one after it last, 0: none */
     Py_buffer *data = hold_buffers(data_obj, &buffers);
     if (!data)
         goto done;
@@ -1141,23 +1145,38 @@ static PyObject *view_dictionary(PyObject *self, PyObject *args) {
     table = PyMem_RawCalloc((size_t)size, 4);
     first = PyMem_RawMalloc((size_t)capacity * 4);
     hashes = PyMem_RawMalloc((size_t)capacity * 8);
-    if (!table || !first || !hashes) {
+    after = PyMem_RawCalloc((size_t)capacity, 4);
+    if (!table || !first || !hashes || !after) {
         PyErr_NoMemory();
         goto done;
     }
     uint32_t *code = codes_view.buf;
     const uint8_t *views = views_view.buf, *valid = have_valid ? valid_view.buf : NULL;
     int bad = 0, no_memory = 0;
+    int64_t before = -1;  /* the number of the string before (-1: none, or a NULL) */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         code[i] = 0;
-        if (valid && !(valid[(offset + i) >> 3] >> ((offset + i) & 7) & 1))
+        if (valid && !(valid[(offset + i) >> 3] >> ((offset + i) & 7) & 1)) {
+            before = -1;
             continue;
+        }
         int32_t len;
         const uint8_t *bytes = string_at(views, i, data, buffers, &len);
         if (!bytes) {
             bad = 1;
             break;
+        }
+        if (before >= 0 && after[before]) {  /* the string that followed the one before, the last time */
+            uint32_t guess = after[before] - 1;
+            const uint8_t *other = views + 16 * first[guess];
+            int32_t other_len;
+            memcpy(&other_len, other, 4);
+            if (other_len == len && memcmp(view_bytes(other, data, buffers, len), bytes, (size_t)len) == 0) {
+                code[i] = guess;
+                before = guess;
+                continue;
+            }
         }
         uint64_t h = string_hash(bytes, len);
         Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(size - 1));
@@ -1175,6 +1194,9 @@ static PyObject *view_dictionary(PyObject *self, PyObject *args) {
         }
         if (table[slot]) {
             code[i] = table[slot] - 1;
+            if (before >= 0)
+                after[before] = code[i] + 1;
+            before = code[i];
             continue;
         }
         if (distinct == capacity) {
@@ -1182,16 +1204,23 @@ static PyObject *view_dictionary(PyObject *self, PyObject *args) {
             if (more_first)
                 first = more_first;
             uint64_t *more_hashes = more_first ? PyMem_RawRealloc(hashes, (size_t)capacity * 2 * 8) : NULL;
-            if (!more_hashes) {
+            if (more_hashes)
+                hashes = more_hashes;
+            uint32_t *more_after = more_hashes ? PyMem_RawRealloc(after, (size_t)capacity * 2 * 4) : NULL;
+            if (!more_after) {
                 no_memory = 1;
                 break;
             }
-            hashes = more_hashes;
+            after = more_after;
+            memset(after + capacity, 0, (size_t)capacity * 4);
             capacity *= 2;
         }
         first[distinct] = (uint32_t)i;
         hashes[distinct] = h;
         code[i] = (uint32_t)distinct;
+        if (before >= 0)
+            after[before] = code[i] + 1;
+        before = code[i];
         table[slot] = (uint32_t)++distinct;
         if (distinct * 2 > size) {  /* (half full at most: the table doubles, each string slotted again) */
             uint32_t *bigger = PyMem_RawCalloc((size_t)size * 2, 4);
@@ -1221,6 +1250,7 @@ done:
     PyMem_RawFree(table);
     PyMem_RawFree(first);
     PyMem_RawFree(hashes);
+    PyMem_RawFree(after);
     if (have_valid)
         PyBuffer_Release(&valid_view);
     if (have_codes)

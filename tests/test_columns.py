@@ -50,3 +50,19 @@ def test_strings_are_numbered_in_c_as_polars_numbers_them(values, cut, chunks):
 
 def test_more_distinct_strings_than_the_first_table_holds_are_numbered_as_polars_numbers_them():
     _numbered_both_ways(pl.Series("text", [f"line {i % 5000} of a log, " + "z" * (i % 90) for i in range(20_000)]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(record=st.lists(st.one_of(st.none(), st.sampled_from(["aaaa", "aaab", "abaa", "x" * 20, "x" * 19 + "y", "z"])),
+                       min_size=1, max_size=8),
+       edits=st.lists(st.tuples(st.integers(0, 200), st.one_of(st.none(), st.sampled_from(["aaab", "x" * 20, "new"]))),
+                      max_size=10),
+       times=st.integers(1, 25))
+def test_a_record_logged_again_and_again_is_numbered_as_polars_numbers_it(record, edits, times):
+    """C first compares a string with the one that followed the string before it last time: the
+    lines of a record repeated, some of them changed (another string of the same length, a NULL)."""
+    values = record * times
+    for at, value in edits:
+        if values:
+            values[at % len(values)] = value
+    _numbered_both_ways(pl.Series("text", values, dtype=pl.String))
