@@ -85,3 +85,19 @@ def test_public_threads_lines_after_a_rank_tag_lose_what_the_regex_takes_off(tag
         own = lines.line_series(path.read_bytes())
         raw = pl.concat([own, (tag + own).alias("raw").head(300)] * (1 + 300 // max(own.len(), 1)))
         assert lines._common_tags(raw) and _cut(raw) == _by_regex(raw), path
+
+
+def _fields_by_polars(prefixes: list[str]) -> list[tuple]:
+    return pl.Series("prefix", prefixes, dtype=pl.String).to_frame().select(*lines._prefix_field_exprs()).rows()
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.one_of(st.sampled_from(_PREFIX_PARTS + ["[rank99999999999]:", "[default2147483648]:[rank7]:",
+                                                                 "[1,2147483647]<stdout>:", "  99999999: "]),
+                                st.text(alphabet="[]:0123456789 rankdefault_<>,()=pidstdouterr", max_size=12)),
+                      min_size=1, max_size=4))
+def test_an_ascii_prefix_says_in_python_the_rank_and_tee_polars_finds_in_it(parts):
+    """A new ASCII prefix (a log's rank tag) is taken apart by Python's regex, not a Polars call:
+    the same rank (a number past Int32 is none, the next one counts) and tee flag."""
+    prefix = "".join(parts)
+    assert [lines._ascii_prefix_fields(prefix)] == _fields_by_polars([prefix])
