@@ -1103,6 +1103,77 @@ static uint64_t string_hash(const uint8_t *p, int32_t len) {
     return mum(s1 ^ (uint64_t)len, mum(a ^ s1, b ^ seed));
 }
 
+/* list_ids(offsets, values) -> bytes: for each list of a list column (its int64 ``offsets``, n + 1
+ * of them, into its uint32 ``values``), a number (uint32), equal for lists of the same values in the
+ * same order, numbered from 0 in the order each first appears (dynamo.py: the compile records
+ * whose lines say the same, one per distinct record). */
+static PyObject *list_ids(PyObject *self, PyObject *args) {
+    Py_buffer off_view, val_view;
+    if (!PyArg_ParseTuple(args, "y*y*", &off_view, &val_view))
+        return NULL;
+    PyObject *out = NULL;
+    uint32_t *table = NULL, *first = NULL;  /* a slot: 1 + a distinct list's number; each one's first list */
+    uint64_t *hashes = NULL;
+    Py_ssize_t n = off_view.len / 8 - 1, values = val_view.len / 4;
+    const int64_t *offsets = off_view.buf;
+    const uint32_t *v = val_view.buf;
+    if (off_view.len % 8 || val_view.len % 4 || n < 0 || n >= UINT32_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "list_ids: int64 offsets, one more than the lists, and uint32 values");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (offsets[i] < 0 || offsets[i] > offsets[i + 1] || offsets[i + 1] > values ||
+            offsets[i + 1] - offsets[i] > INT32_MAX / 4) {
+            PyErr_SetString(PyExc_ValueError, "list_ids: an offset outside the values");
+            goto done;
+        }
+    }
+    Py_ssize_t size = 16;
+    while (size < 2 * n)
+        size <<= 1;
+    table = PyMem_Calloc((size_t)size, 4);
+    first = PyMem_Malloc((size_t)(n ? n : 1) * 4);
+    hashes = PyMem_Malloc((size_t)(n ? n : 1) * 8);
+    out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!table || !first || !hashes || !out) {
+        Py_CLEAR(out);
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint32_t *ids = (uint32_t *)PyBytes_AS_STRING(out), distinct = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint32_t *list = v + offsets[i];
+        int64_t len = offsets[i + 1] - offsets[i];
+        uint64_t h = string_hash((const uint8_t *)list, (int32_t)(len * 4));
+        Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(size - 1));
+        for (;; slot = (slot + 1) & (size - 1)) {
+            uint32_t held = table[slot];
+            if (!held) {  /* a new list: this is its first */
+                first[distinct] = (uint32_t)i;
+                hashes[distinct] = h;
+                ids[i] = distinct;
+                table[slot] = ++distinct;
+                break;
+            }
+            Py_ssize_t j = first[held - 1];
+            if (hashes[held - 1] == h && offsets[j + 1] - offsets[j] == len &&
+                memcmp(v + offsets[j], list, (size_t)len * 4) == 0) {
+                ids[i] = held - 1;
+                break;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyMem_Free(table);
+    PyMem_Free(first);
+    PyMem_Free(hashes);
+    PyBuffer_Release(&off_view);
+    PyBuffer_Release(&val_view);
+    return out;
+}
+
 /* view_dictionary(views, data, valid, offset, codes) -> firsts: for each string of a view column
  * (Arrow string views ``views`` into the buffers ``data``; ``valid`` its validity bitmap, whose bit
  * ``offset`` is the first string's, or None), writes into ``codes`` (writable, uint32 a string) its
@@ -1265,6 +1336,7 @@ static PyMethodDef methods[] = {
     {"view_dictionary", view_dictionary, METH_VARARGS,
      "view_dictionary(views, data, valid, offset, codes) -> each distinct string's first row; its number into codes"},
     {"row_ids", row_ids, METH_VARARGS, "row_ids(columns) -> uint32 number a row, equal for equal rows"},
+    {"list_ids", list_ids, METH_VARARGS, "list_ids(offsets, values) -> uint32 number a list, equal for equal lists"},
     {"stream_blocks", stream_blocks, METH_VARARGS, "stream_blocks(streams, starts) -> (firsts, offsets, order)"},
     {"message_blocks", message_blocks, METH_VARARGS,
      "message_blocks(selected, messages, file_no, rank, rank_null, tee, emitter, art, art_null, cid, start)"

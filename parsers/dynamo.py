@@ -858,12 +858,27 @@ def _frame_id(cid: str | None) -> int | None:
     return int(frame_id[1]) if frame_id else None
 
 
+def _block_numbers(blocks: pl.DataFrame) -> pl.Series:
+    """Each block numbered by its kind and messages (``_m``): equal for blocks of both equal, from 0
+    as each first appears. In C, a block's messages hashed as a whole (a unique and a join on the list
+    column hashed them element by element: three 16 MB logs' 9,600 blocks, ~4 ms)."""
+    if _records_c is None:
+        return key_ids(blocks, ["kind", "_m"]).cast(pl.UInt32)
+    messages = blocks["_m"].rechunk().to_arrow()
+    lists = _records_c.list_ids(values_of(pl.Series(messages.offsets).cast(pl.Int64)),
+                                values_of(pl.Series(messages.values).cast(pl.UInt32)))
+    kind = dictionary(blocks["kind"])[0].fill_null((1 << 32) - 1)
+    parts = (from_buffer(pa.uint32(), blocks.height, lists), kind)
+    return from_buffer(pa.uint32(), blocks.height, _records_c.row_ids(tuple(values_of(p) for p in parts)))
+
+
 def _block_rows(blocks: pl.DataFrame, bodies: pl.Series) -> pl.DataFrame:
     """A ``compiles`` row per block. A block's text is parsed once however often it repeats (a
     graph break logged at every step, every rank's copy in a console): Python runs once per
     distinct block, and the parsed fields are joined back onto every block that holds it. Blocks of
     the same messages (``_m``) hold the same text: ``bodies``, by message number."""
-    distinct = blocks.unique(["kind", "_m"], keep="first", maintain_order=True).with_row_index("_d")
+    blocks = blocks.with_columns(_block_numbers(blocks).alias("_d"))
+    distinct = blocks.filter(pl.col("_d").is_first_distinct())
     text = bodies.to_list()
     parsed = [(d, _parse_block(kind, [text[m] for m in ms]))
               for d, kind, ms in distinct.select("_d", "kind", "_m").iter_rows()]
@@ -873,9 +888,7 @@ def _block_rows(blocks: pl.DataFrame, bodies: pl.Series) -> pl.DataFrame:
     cids = blocks.select(pl.col("cid").unique())
     cids = cids.with_columns(pl.Series("frame_id", [_frame_id(c) for c in cids["cid"]], dtype=pl.Int32))
     rows = (
-        blocks.join(distinct.select("kind", "_m", "_d"), on=["kind", "_m"], how="left", maintain_order="left",
-                    nulls_equal=True)
-        .join(fields, on="_d", how="inner", maintain_order="left")
+        blocks.join(fields, on="_d", how="inner", maintain_order="left")
         .join(cids, on="cid", how="left", maintain_order="left", nulls_equal=True)
         .with_columns(pl.col("cid").alias("attempt"), pl.col("when").alias("ts"), pl.lit("torch_logs").alias("source"))
     )

@@ -722,3 +722,20 @@ def test_records_found_in_one_pass_of_interleaved_ranks_and_untagged_lines(tmp_p
     got = dynamo._blocks_in_one_pass(df)
     assert got is not None and dyn["emitter"].is_not_null().any()
     assert got[0].equals(dynamo._blocks(dyn, said)) and got[0].height > 10
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(blocks=st.lists(st.tuples(st.sampled_from(["graph_break", "recompile", None]),
+                                 st.lists(st.integers(0, 5), max_size=4)), max_size=60))
+def test_blocks_are_numbered_in_c_by_their_kind_and_messages_as_in_polars(blocks, monkeypatch):
+    """Equal blocks (kind and messages, in order) one number, from 0 as each first appears: in C (a
+    block's messages hashed as a whole) as by the Polars reference."""
+    frame = pl.DataFrame({"kind": [k for k, _ in blocks], "_m": [m for _, m in blocks]},
+                         schema={"kind": pl.String, "_m": pl.List(pl.UInt32)})
+    got = dynamo._block_numbers(frame)
+    with monkeypatch.context() as m:
+        m.setattr(dynamo, "_records_c", None)
+        want = dynamo._block_numbers(frame)
+    seen: dict = {}
+    reference = [seen.setdefault((k, tuple(ms)), len(seen)) for k, ms in blocks]
+    assert got.to_list() == want.to_list() == reference
