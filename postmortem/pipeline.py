@@ -49,16 +49,20 @@ LAST_ROUND_ROWS = 8192  # a batch's rows once the last round of tasks is out (``
 # Files smaller than this travel to a worker in batches: a task's round trip (pickling the
 # sources and the frames, the result's wake-up) costs milliseconds, as much as parsing a small log.
 BATCH_BYTES = 4 << 20
-BATCH_FILES = 32  # ~1 s of work a task: enough tasks to keep every worker busy to the end
+# ... a batch of files of one kind, up to this many: a parser builds a task's files of its kind as one
+# frame, whose fixed cost (~60 ms for text logs: planning each step's expressions) is then paid once,
+# not once for each of several batches of mixed kinds (the 64-rank job's 72 small text logs in three
+# tasks 0.24 s of CPU, in one 0.13 s)
+BATCH_FILES = 128
 
 
 def _tasks(sources: list[Source]) -> list[list[Source]]:
     """Largest files first: one a task, or, where their parser builds them with others, as many
-    as ``parsing.BUILD_BYTES`` holds; then the small ones in batches. The tasks in order of their
-    bytes, most first: the last are the smallest (what the main process takes while the workers start)."""
+    as ``parsing.BUILD_BYTES`` holds; then the small ones in batches of one kind. The tasks in order
+    of their bytes, most first: the last are the smallest (what the main process takes while the
+    workers start)."""
     tasks: list[list[Source]] = []
-    batch: list[Source] = []
-    batch_bytes = 0
+    small: dict[str, list[Source]] = {}
     built: list[Source] = []
     built_bytes = 0
     for source in sorted(sources, key=lambda s: -s.bytes):
@@ -72,12 +76,20 @@ def _tasks(sources: list[Source]) -> list[list[Source]]:
             built.append(source)
             built_bytes += source.bytes
             continue
-        batch.append(source)
-        batch_bytes += source.bytes
-        if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+        small.setdefault(source.kind, []).append(source)
+    if built:
+        tasks.append(built)
+    for of_kind in small.values():
+        batch: list[Source] = []
+        batch_bytes = 0
+        for source in of_kind:
+            batch.append(source)
+            batch_bytes += source.bytes
+            if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+                tasks.append(batch)
+                batch, batch_bytes = [], 0
+        if batch:
             tasks.append(batch)
-            batch, batch_bytes = [], 0
-    tasks += [t for t in (built, batch) if t]
     return sorted(tasks, key=lambda task: -sum(s.bytes for s in task))
 
 

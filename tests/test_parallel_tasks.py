@@ -15,12 +15,12 @@ from postmortem.discover import discover
 from .conftest import sample_dir
 
 
-def _sources(monkeypatch):
+def _sources(monkeypatch, sample: str = "hang_dataloader_console"):
     """A real job's sources, with the thresholds lowered so that it has big files, built ones and small ones."""
     monkeypatch.setattr(pipeline, "BATCH_BYTES", 4 << 10)
     monkeypatch.setattr(parsing, "BUILD_BYTES", 16 << 10)
     monkeypatch.setattr(pipeline, "BATCH_FILES", 3)
-    return discover(sample_dir("hang_dataloader_console")).sources
+    return discover(sample_dir(sample)).sources
 
 
 def test_every_file_is_in_one_task_and_the_last_tasks_are_the_smallest(monkeypatch):
@@ -29,6 +29,17 @@ def test_every_file_is_in_one_task_and_the_last_tasks_are_the_smallest(monkeypat
     assert sorted(s.name for task in tasks for s in task) == sorted(s.name for s in sources)
     sizes = [sum(s.bytes for s in task) for task in tasks]
     assert len(tasks) >= 4 and sizes == sorted(sizes, reverse=True)
+
+
+def test_small_files_travel_in_batches_of_one_kind_as_few_as_the_limits_allow(monkeypatch):
+    # (a parser builds a task's files of its kind as one frame: each frame has a fixed cost)
+    sources = _sources(monkeypatch, "hang_dataloader_torch2141")  # (its small files' kinds alternate by size)
+    small = [t for t in pipeline._tasks(sources) if all(s.bytes < pipeline.BATCH_BYTES for s in t)]
+    kinds = collections.Counter(s.kind for s in sources if s.bytes < pipeline.BATCH_BYTES)
+    assert len(kinds) >= 2 and all(len({s.kind for s in task}) == 1 for task in small)
+    for kind, n in kinds.items():
+        batches = [t for t in small if t[0].kind == kind]
+        assert len(batches) == -(-n // pipeline.BATCH_FILES)  # (these files are far under BATCH_BYTES)
 
 
 class _Pool:
