@@ -117,11 +117,11 @@ def _build(out: Frames, batch: list[tuple[dict, Source, object]]) -> list[dict]:
 
 
 BUILD_FILES = 256  # files read and waiting to be built together, at most, per kind
-# ... and bytes: big files a parser builds with others (text logs under a chunk) are built a few
-# to a frame, whose fixed cost they share (~600 Polars calls, ~20 ms), as many as keep a worker's
-# frame under two chunks: three 16 MB rank logs, not two (64 ranks 3.18-3.28 -> 3.09-3.13 s, 512
-# ranks 21.1 -> 19.5 s; ~50 MiB more at the peak); four save no more, and the end waits on bigger tasks
-BUILD_BYTES = 56 << 20
+# ... and bytes: big files a parser builds with others (text logs under a chunk) are built several
+# to a frame, whose fixed cost they share (~600 Polars calls, planned again for each frame): six 16 MB
+# rank logs, not three (the 64-rank job's workers 3.52 -> 3.12 s of CPU, medians of eight runs
+# interleaved; ~150 MiB more at a worker's peak); eight save no more, and the end waits on bigger tasks
+BUILD_BYTES = 104 << 20
 
 
 class Collected:
