@@ -37,7 +37,44 @@ def arrow_column(kind: pa.DataType, n: int, values: pa.Buffer, valid: pa.Buffer 
                  *data: pa.Buffer) -> pl.Series:
     """A column of ``n`` values of ``kind`` standing on Arrow memory C wrote (``values``, ``valid`` its
     validity bitmap; string views: into ``data``), not a copy of it."""
-    return pl.from_arrow(pa.Array.from_buffers(kind, n, [valid, values, *data]))
+    return series_of(pa.Array.from_buffers(kind, n, [valid, values, *data]))
+
+
+class _ExportedArray:
+    """A pyarrow array as only the Arrow PyCapsule interface shows it: Polars then takes it through
+    that interface, not its pyarrow path, which imports ``pyarrow.compute`` in each process (~50 ms
+    of building a Python function for every Arrow kernel) for a cast it makes only of a dictionary in
+    several chunks, which these never are."""
+
+    __slots__ = ("_of",)
+
+    def __init__(self, of: pa.Array):
+        self._of = of
+
+    def __arrow_c_array__(self, requested_schema=None):
+        return self._of.__arrow_c_array__(requested_schema)
+
+
+class _ExportedStream:
+    """A pyarrow table as a stream of batches, as ``_ExportedArray`` an array."""
+
+    __slots__ = ("_of",)
+
+    def __init__(self, of: pa.Table):
+        self._of = of
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self._of.__arrow_c_stream__(requested_schema)
+
+
+def series_of(array: pa.Array) -> pl.Series:
+    """``pl.from_arrow(array)``, zero-copy as it is, without importing ``pyarrow.compute`` (``_ExportedArray``)."""
+    return pl.Series(_ExportedArray(array))
+
+
+def frame_of(table: pa.Table) -> pl.DataFrame:
+    """``pl.from_arrow(table)``, as ``series_of``."""
+    return pl.DataFrame(_ExportedStream(table))
 
 
 def from_buffer(kind: pa.DataType, n: int, values: bytes, data: pa.Buffer | None = None) -> pl.Series:

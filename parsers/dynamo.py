@@ -47,7 +47,7 @@ import pyarrow as pa
 from postmortem.schema import conform, frame
 
 from . import scan
-from .columns import dictionary, from_buffer, values_of
+from .columns import dictionary, from_buffer, series_of, values_of
 from .lines import extract_groups, following, header_source, key_ids
 from .runtime import TRACEBACK_FRAME, is_user_frame
 
@@ -616,7 +616,7 @@ def _blocks(dyn: pl.DataFrame, said: pl.DataFrame) -> pl.DataFrame:
     members = dyn["_m"].gather(from_buffer(pa.uint32(), len(order) // 4, order)).to_arrow()
     messages = pa.LargeListArray.from_arrays(from_buffer(pa.int64(), len(offsets) // 8, offsets).to_arrow(), members)
     return at.select(pl.all().gather(from_buffer(pa.uint32(), len(firsts) // 4, firsts))).with_columns(
-        pl.from_arrow(messages).cast(pl.List(pl.UInt32)).alias("_m"))
+        series_of(messages).cast(pl.List(pl.UInt32)).alias("_m"))
 
 
 def _blocks_by_polars(at: pl.DataFrame, streams: pl.Series, messages: pl.Series) -> pl.DataFrame:
@@ -686,7 +686,7 @@ def _blocks_in_one_pass(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame] |
     blocks = df.select(pl.col("file", "rank", "line_no", "row").gather(at),
                        pl.coalesce("ts", "ts_ff").gather(at).alias("when")).with_columns(
         said["kind"].gather(started).alias("kind"), said["cid"].gather(started).alias("cid"),
-        pl.from_arrow(messages).cast(pl.List(pl.UInt32)).alias("_m"))
+        series_of(messages).cast(pl.List(pl.UInt32)).alias("_m"))
     return blocks, said
 
 
@@ -865,8 +865,8 @@ def _block_numbers(blocks: pl.DataFrame) -> pl.Series:
     if _records_c is None:
         return key_ids(blocks, ["kind", "_m"]).cast(pl.UInt32)
     messages = blocks["_m"].rechunk().to_arrow()
-    lists = _records_c.list_ids(values_of(pl.Series(messages.offsets).cast(pl.Int64)),
-                                values_of(pl.Series(messages.values).cast(pl.UInt32)))
+    lists = _records_c.list_ids(values_of(series_of(messages.offsets).cast(pl.Int64)),
+                                values_of(series_of(messages.values).cast(pl.UInt32)))
     kind = dictionary(blocks["kind"])[0].fill_null((1 << 32) - 1)
     parts = (from_buffer(pa.uint32(), blocks.height, lists), kind)
     return from_buffer(pa.uint32(), blocks.height, _records_c.row_ids(tuple(values_of(p) for p in parts)))

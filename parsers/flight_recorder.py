@@ -54,6 +54,7 @@ import pyarrow as pa
 from postmortem.schema import conform, frame, json_attrs
 
 from . import pickles
+from .columns import frame_of
 from .lines import open_binary
 from .source import Source
 
@@ -341,7 +342,7 @@ def build(reads: list[Read]) -> Iterator[tuple[str, pl.DataFrame]]:
     # Arrow builds the nested size lists in C++; Polars' own constructor walks them in Python.
     entries = pa.table({key: pa.array([v for r in reads for v in r.entries[key]], type=arrow)
                         for key, arrow in _ENTRY_SCHEMA.items()})
-    yield "collectives", _collectives(pl.from_arrow(entries))
+    yield "collectives", _collectives(frame_of(entries))
     yield "rank_status", frame("rank_status", [row for r in reads for row in r.rank_status])
     yield "stacks", frame("stacks", [row for r in reads for row in r.stacks])
     yield "events", frame("events", [row for r in reads for row in r.events])

@@ -207,21 +207,32 @@ def test_the_command_starts_no_blas_threads_and_what_it_starts_gets_the_users_en
     assert users == "3"
 
 
-def _built_in_the_server() -> tuple[bool, int]:
+def _built_in_the_server() -> int:
     from postmortem.parsers import scan
 
-    return "pyarrow.compute" in sys.modules, scan.scanner.cache_info().currsize
+    return scan.scanner.cache_info().currsize
 
 
 def test_a_worker_has_what_its_first_task_would_build_from_its_server():
-    # Polars imports pyarrow.compute at a process's first conversion from Arrow (~47 ms) and the scan
-    # compiles its Hyperscan databases at the first block (~10 ms): built once in the server, not in
-    # every worker's first task.
+    # The scan compiles its Hyperscan databases at the first block (~10 ms): built once in the
+    # server, not in every worker's first task.
     context = workers.worker_context()
     assert context is not None and context.get_start_method() == "forkserver"
     with workers.worker_environment(), workers.pool(1, context) as pool:
-        has_compute, scanners = pool.submit(_built_in_the_server).result(timeout=60)
-    assert has_compute and scanners >= 1
+        scanners = pool.submit(_built_in_the_server).result(timeout=60)
+    assert scanners >= 1
+
+
+def test_a_worker_parsing_every_kind_of_file_never_imports_pyarrow_compute():
+    # (~50 ms of a process's start, the server's or a worker's: Polars' pyarrow path imports it)
+    code = ("import sys\nfrom pathlib import Path\nfrom postmortem import discover, parsing\n"
+            "for scenario in sys.argv[1:]:\n    parsing.parse_in_worker(discover.discover(Path(scenario)).sources)\n"
+            "print('pyarrow.compute' in sys.modules)")
+    kinds = {"hang_dataloader_nccl": "flight_recorder, pyspy, text_log", "straggler": "kineto",
+             "recompile_limit": "torch_trace, dynamo"}
+    out = subprocess.run([sys.executable, "-c", code, *(str(sample_dir(s)) for s in kinds)],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_what_the_workers_server_imports_holds_no_database_and_no_engine():
