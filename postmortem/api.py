@@ -13,13 +13,15 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from . import calibration, catalog, engine, pipeline, store, summary
 from . import discover as discovery
 from .errors import PostmortemError
 from .pipeline import Progress, exit_status, load  # noqa: F401  (public: the CLI, watch and rerun call them)
+
+if TYPE_CHECKING:  # (DuckDB is imported where it is used: store's docstring says why)
+    import duckdb
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,8 @@ def runs(db: str | Path | None = None, limit: int = 50) -> list[dict]:
 def query(sql: str, db: str | Path | None = None, write: bool = False,
           parquet: str | Path | None = None) -> tuple[list[str], list[tuple]]:
     """Run SQL over the history (read-only unless ``write``), or over a Parquet tree."""
+    import duckdb
+
     if parquet is not None:
         con = store.parquet_history(Path(parquet))
     else:

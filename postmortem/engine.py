@@ -23,13 +23,15 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from .catalog import SEVERITIES, Signature
 from .checks import shared_results
 from .errors import PostmortemError
 from .ranges import rank_ranges
+
+if TYPE_CHECKING:  # (DuckDB is imported where it is used: store's docstring says why)
+    import duckdb
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +104,16 @@ class Refused(PostmortemError):
 
 
 def _select_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    import duckdb
+
     statements = con.extract_statements(sql)
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
         raise Refused("a signature query must be a single SELECT over the run's tables")
 
 
 def _run_query(con: duckdb.DuckDBPyConnection, sql: str, run_id: str, timeout_s: float) -> list[dict]:
+    import duckdb
+
     _select_only(con, sql)
     timer = threading.Timer(timeout_s, con.interrupt)
     timer.start()

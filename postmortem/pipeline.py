@@ -22,8 +22,8 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import polars as pl
 
 from . import __version__, calibration, catalog, engine, parsing, store, summary, workers
@@ -33,6 +33,9 @@ from . import signatures as signature_package
 from .errors import PostmortemError
 from .parsers.source import Source
 from .workers import PARALLEL_MIN_BATCHED, PARALLEL_MIN_BYTES, PARALLEL_MIN_FILES
+
+if TYPE_CHECKING:  # (DuckDB is imported where it is used: store's docstring says why)
+    import duckdb
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,10 @@ then copied into the history file in a single transaction. The history file is l
 only for that copy, so analyses running side by side wait for each other briefly
 instead of failing, and a crash mid-ingest leaves no half run behind.
 
-This is the only module that writes a database.
+This is the only module that writes a database. DuckDB is imported by the functions that use it,
+here and in the modules that read a run (``api``, ``engine``, ``pipeline``, ``summary``), not where
+they are imported: the ``analyze`` command hands its first files to the parsing workers before it
+needs a database, and the ~70 ms of importing DuckDB then run beside them, not before them.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import polars as pl
 
 from .errors import PostmortemError
 from .schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, add_column_ddl, ddl, view_ddl
+
+if TYPE_CHECKING:
+    import duckdb
 
 DEFAULT_DB = Path("~/.local/share/postmortem/history.duckdb")
 LOCK_WAIT_S = 120.0
@@ -45,6 +51,8 @@ STAGING_MEMORY = "1GB"  # past this the staging tables spill to a temporary dire
 
 def staging() -> duckdb.DuckDBPyConnection:
     """An in-memory database with every table of the schema, empty."""
+    import duckdb
+
     con = duckdb.connect(config={"memory_limit": STAGING_MEMORY,
                                  "temp_directory": str(Path(tempfile.gettempdir()) / f"postmortem-{os.getpid()}")})
     # Compressed (``compact``, once the rows are in): the text of a million records holding a handful of
@@ -152,6 +160,8 @@ def _now() -> datetime:
 
 def _retry_locked(action, what: str, wait_s: float):
     """Run ``action`` until the history file's lock is free, for at most ``wait_s``."""
+    import duckdb
+
     deadline = time.monotonic() + wait_s
     delay = 0.05
     while True:
@@ -189,6 +199,8 @@ def _rows_of(con: duckdb.DuckDBPyConnection, table: str, run_id: str | None):
 
 def persist(con: duckdb.DuckDBPyConnection, db_path: Path, run_id: str, wait_s: float = LOCK_WAIT_S) -> None:
     """Copy run ``run_id`` from the staging database into the history file, atomically."""
+    import duckdb
+
     db_path.parent.mkdir(parents=True, exist_ok=True)
     history = _retry_locked(lambda: duckdb.connect(str(db_path)), str(db_path), wait_s)
     try:
@@ -209,6 +221,8 @@ def persist(con: duckdb.DuckDBPyConnection, db_path: Path, run_id: str, wait_s: 
 
 def open_history(db_path: Path, write: bool = False, wait_s: float = LOCK_WAIT_S) -> duckdb.DuckDBPyConnection:
     """A connection to the history file; read-only unless ``write``."""
+    import duckdb
+
     if not db_path.exists():
         if not write:
             raise PostmortemError(
@@ -231,6 +245,8 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: Path, run_id: str | None
     their runs into one shared tree and DuckDB, Spark or Trino query it as one table. ``con``
     may be sandboxed: the rows are written by a connection of this function's own.
     """
+    import duckdb
+
     out.mkdir(parents=True, exist_ok=True)
     written = {}
     runs = con.sql("SELECT run_id, strftime(analyzed_at, '%Y-%m-%d') AS date, "
@@ -274,6 +290,8 @@ def _parquet_files_sql(root: Path, table: str, patterns: list[str]) -> str | Non
 def parquet_history(root: Path) -> duckdb.DuckDBPyConnection:
     """An in-memory connection whose tables and views read a Parquet tree written by export_parquet
     (and by export_node: a multi-node job's nodes, each a run of its own here)."""
+    import duckdb
+
     if not root.is_dir():
         raise PostmortemError(f"No such directory: {root}")
     con = duckdb.connect()
@@ -303,6 +321,8 @@ def export_node(con: duckdb.DuckDBPyConnection, root: Path, run_id: str, job: st
     replacing whatever this node wrote for this job before, on any date: an epilog run twice
     leaves one copy. The new files are written aside first (ROOT/.incoming-…) and moved into
     place, so a reader sees the node's old rows or its new ones, table by table, never half a file."""
+    import duckdb
+
     job, node = partition_value(job), partition_value(node)
     date = con.execute("SELECT strftime(analyzed_at, '%Y-%m-%d') FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0]
     aside = root / f".incoming-job={job}-node={node}-{secrets.token_hex(4)}"
@@ -342,6 +362,8 @@ def export_job_verdict(con: duckdb.DuckDBPyConnection, root: Path, run_id: str, 
     """Write a multi-node job's analysis (its run and findings, not the nodes' rows again) as
     ROOT/<table>/date=…/job=JOB/node=_job/analysis.parquet, replacing the job's earlier analysis:
     history questions over the tree (which signature fired, on which host) see one verdict per job."""
+    import duckdb
+
     job = partition_value(job)
     date = con.execute("SELECT strftime(analyzed_at, '%Y-%m-%d') FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0]
     written: dict[str, int] = {}
@@ -376,6 +398,8 @@ def job_nodes(root: Path, job: str) -> list[str]:
 def job_tables(root: Path, job: str) -> duckdb.DuckDBPyConnection:
     """A sandboxed connection (it reads only under ``root``) whose tables are every node's rows of
     ``job``, read in place from the Parquet files, each row with its ``node`` (and ``date``, ``job``)."""
+    import duckdb
+
     job = partition_value(job)
     con = duckdb.connect()
     for table in TABLES:

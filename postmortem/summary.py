@@ -11,12 +11,15 @@ import re
 import signal as signals
 from collections import Counter
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-import duckdb
 import polars as pl
 
 from . import __version__
 from .schema import frame
+
+if TYPE_CHECKING:  # (DuckDB is imported where it is used: store's docstring says why)
+    import duckdb
 
 REPORT_SCHEMA = "postmortem.report/1"
 

@@ -235,6 +235,24 @@ def test_a_worker_parsing_every_kind_of_file_never_imports_pyarrow_compute():
     assert out.strip() == "False"
 
 
+def test_the_command_hands_its_first_task_to_the_workers_before_it_imports_duckdb():
+    # (~70 ms of the command's start, where the workers' server waits for it: imported once a
+    # database is needed, it runs beside the workers)
+    code = ("import sys\nfrom postmortem import workers\nworkers.without_numpy()\nimport postmortem.cli\n"
+            + _PARALLEL +
+            "imported = 'duckdb' in sys.modules\n"
+            "class Submitter(pipeline._Submitter):\n"
+            "    def __init__(self, *args):\n"
+            "        print(imported, 'duckdb' in sys.modules, flush=True)\n"
+            "        super().__init__(*args)\n"
+            "pipeline._Submitter = Submitter\n"
+            "pipeline.load(sys.argv[1])\n")
+    out = subprocess.run([sys.executable, "-c", code, str(sample_dir("hang_dataloader_nccl"))],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
+
+
 def test_what_the_workers_server_imports_holds_no_database_and_no_engine():
     # The server imports on another core while the command imports its own modules: the sooner it
     # is done, the sooner the workers start. A worker parses; it never queries.
