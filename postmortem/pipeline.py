@@ -153,53 +153,46 @@ def _parse_all(found: discovery.Discovery, run_id: str,
         rows = parsing.parse_files(out, sources, before)
         out.flush()
         return out.con, rows
-    with workers.worker_environment():
-        pool = workers.pool(processes, context)
+    with workers.worker_environment(), workers.pool(processes, context) as pool:
+        queue = collections.deque(_tasks(sources))  # (largest first)
+        futures: dict = {}
+
+        def finished(task: list[Source], result: tuple[list[dict], dict[str, pl.DataFrame]]) -> None:
+            nonlocal rows, done_files, done_bytes
+            task_rows, frames = result
+            rows += task_rows
+            done_files += len(task)
+            done_bytes += sum(s.bytes for s in task)
+            # Once only the last round of work is left, batches are small: what comes in goes in
+            # while the workers parse that round, not all after it, one core idle (the 64-rank job's
+            # last 42k rows, 0.15 s). Not a batch a result: a job's last tasks are its many small
+            # files, and each insert costs ~10 ms however few its rows (512 ranks: 48 more, 0.5 s).
+            if total_bytes - done_bytes <= processes * parsing.BUILD_BYTES:
+                out.max_rows = min(out.max_rows, LAST_ROUND_ROWS)
+            for table, frame in frames.items():
+                out.add(table, frame)
+            if progress:
+                progress(done_files, done_bytes, total_files, total_bytes, task[-1].name)
+
+        # The first task handed to the pool waits for its server to import the parsers (~0.3 s of a
+        # core): the tasks are handed over on a thread of their own, and until the first is, this
+        # process takes the last tasks (the smallest) off the queue and parses them itself. The
+        # staging database is made once they are handed over (~30 ms the workers do not wait).
+        submitter = _Submitter(pool, queue, futures)
+        out = store.Batcher(store.staging(), run_id)
+        # The workers have the cores: meanwhile DuckDB inserts what they send on one thread of its
+        # own (more would only contend with them: 828k rows, 2.1 -> 1.2 s of CPU).
+        out.con.execute("SET threads = 1")
         try:
-            queue = collections.deque(_tasks(sources))  # (largest first)
-            futures: dict = {}
-
-            def finished(task: list[Source], result: tuple[list[dict], dict[str, pl.DataFrame]]) -> None:
-                nonlocal rows, done_files, done_bytes
-                task_rows, frames = result
-                rows += task_rows
-                done_files += len(task)
-                done_bytes += sum(s.bytes for s in task)
-                # Once only the last round of work is left, batches are small: what comes in goes in
-                # while the workers parse that round, not all after it, one core idle (the 64-rank job's
-                # last 42k rows, 0.15 s). Not a batch a result: a job's last tasks are its many small
-                # files, and each insert costs ~10 ms however few its rows (512 ranks: 48 more, 0.5 s).
-                if total_bytes - done_bytes <= processes * parsing.BUILD_BYTES:
-                    out.max_rows = min(out.max_rows, LAST_ROUND_ROWS)
-                for table, frame in frames.items():
-                    out.add(table, frame)
-                if progress:
-                    progress(done_files, done_bytes, total_files, total_bytes, task[-1].name)
-
-            # The first task handed to the pool waits for its server to import the parsers (~0.3 s of a
-            # core): the tasks are handed over on a thread of their own, and until the first is, this
-            # process takes the last tasks (the smallest) off the queue and parses them itself. The
-            # staging database is made once they are handed over (~30 ms the workers do not wait).
-            submitter = _Submitter(pool, queue, futures)
-            out = store.Batcher(store.staging(), run_id)
-            # The workers have the cores: meanwhile DuckDB inserts what they send on one thread of its
-            # own (more would only contend with them: 828k rows, 2.1 -> 1.2 s of CPU).
-            out.con.execute("SET threads = 1")
-            try:
-                while not futures and (task := submitter.take_last()) is not None:
-                    finished(task, parsing.parse_in_worker(task))  # (its frames as a worker's: they concatenate)
-                submitter.join()
-                for future in as_completed(futures):
-                    # popped: a finished future keeps its result, every parsed frame of the job otherwise
-                    task = futures.pop(future)
-                    finished(task, future.result())
-            finally:
-                out.con.execute("RESET threads")
+            while not futures and (task := submitter.take_last()) is not None:
+                finished(task, parsing.parse_in_worker(task))  # (its frames as a worker's: they concatenate)
+            submitter.join()
+            for future in as_completed(futures):
+                # popped: a finished future keeps its result, every parsed frame of the job otherwise
+                task = futures.pop(future)
+                finished(task, future.result())
         finally:
-            # Every result is in (or what is left is given up): the workers' exit is not waited for,
-            # two processes freeing what they held while this one goes on (~30 ms of the end, where
-            # the rest of the command runs on one core).
-            pool.shutdown(wait=False, cancel_futures=True)
+            out.con.execute("RESET threads")
     out.flush()
     return out.con, rows
 
