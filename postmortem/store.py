@@ -5,9 +5,9 @@ then copied into the history file in a single transaction. The history file is l
 only for that copy, so analyses running side by side wait for each other briefly
 instead of failing, and a crash mid-ingest leaves no half run behind.
 
-This is the only module that writes a database. DuckDB is imported by the functions that use it,
-here and in the modules that read a run (``api``, ``engine``, ``pipeline``, ``summary``), not where
-they are imported: the ``analyze`` command hands its first files to the parsing workers before it
+This is the only module that writes a database. DuckDB is imported by the functions that use it
+(here, by ``_connect``, which opens every connection), and in the modules that read a run (``api``,
+``engine``, ``pipeline``, ``summary``), not where they are imported: the ``analyze`` command hands its first files to the parsing workers before it
 needs a database, and the ~70 ms of importing DuckDB then run beside them, not before them.
 """
 
@@ -49,12 +49,17 @@ def default_db_path() -> Path:
 STAGING_MEMORY = "1GB"  # past this the staging tables spill to a temporary directory: a big job stays bounded
 
 
-def staging() -> duckdb.DuckDBPyConnection:
-    """An in-memory database with every table of the schema, empty."""
+def _connect(*args, **kwargs) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect``: every connection this module opens, DuckDB imported at the first."""
     import duckdb
 
-    con = duckdb.connect(config={"memory_limit": STAGING_MEMORY,
-                                 "temp_directory": str(Path(tempfile.gettempdir()) / f"postmortem-{os.getpid()}")})
+    return duckdb.connect(*args, **kwargs)
+
+
+def staging() -> duckdb.DuckDBPyConnection:
+    """An in-memory database with every table of the schema, empty."""
+    con = _connect(config={"memory_limit": STAGING_MEMORY,
+                           "temp_directory": str(Path(tempfile.gettempdir()) / f"postmortem-{os.getpid()}")})
     # Compressed (``compact``, once the rows are in): the text of a million records holding a handful of
     # values is then a dictionary, which DuckDB's functions read once a value, not once a row.
     con.execute("ATTACH ':memory:' AS staging (COMPRESS)")
@@ -199,10 +204,8 @@ def _rows_of(con: duckdb.DuckDBPyConnection, table: str, run_id: str | None):
 
 def persist(con: duckdb.DuckDBPyConnection, db_path: Path, run_id: str, wait_s: float = LOCK_WAIT_S) -> None:
     """Copy run ``run_id`` from the staging database into the history file, atomically."""
-    import duckdb
-
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    history = _retry_locked(lambda: duckdb.connect(str(db_path)), str(db_path), wait_s)
+    history = _retry_locked(lambda: _connect(str(db_path)), str(db_path), wait_s)
     try:
         migrate(history, history.execute("SELECT current_database()").fetchall()[0][0])
         history.execute("BEGIN TRANSACTION")
@@ -221,15 +224,13 @@ def persist(con: duckdb.DuckDBPyConnection, db_path: Path, run_id: str, wait_s: 
 
 def open_history(db_path: Path, write: bool = False, wait_s: float = LOCK_WAIT_S) -> duckdb.DuckDBPyConnection:
     """A connection to the history file; read-only unless ``write``."""
-    import duckdb
-
     if not db_path.exists():
         if not write:
             raise PostmortemError(
                 f"No history database at {db_path} yet: run `postmortem analyze DIR` first, or pass --db."
             )
         db_path.parent.mkdir(parents=True, exist_ok=True)
-    con = _retry_locked(lambda: duckdb.connect(str(db_path), read_only=not write), str(db_path), wait_s)
+    con = _retry_locked(lambda: _connect(str(db_path), read_only=not write), str(db_path), wait_s)
     catalog = con.execute("SELECT current_database()").fetchall()[0][0]
     if write:
         migrate(con, catalog)
@@ -245,15 +246,13 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out: Path, run_id: str | None
     their runs into one shared tree and DuckDB, Spark or Trino query it as one table. ``con``
     may be sandboxed: the rows are written by a connection of this function's own.
     """
-    import duckdb
-
     out.mkdir(parents=True, exist_ok=True)
     written = {}
     runs = con.sql("SELECT run_id, strftime(analyzed_at, '%Y-%m-%d') AS date, "
                    "regexp_replace(coalesce(job_id, 'none'), '[^A-Za-z0-9._-]', '_', 'g') AS job FROM runs "
                    + ("WHERE run_id = $run_id" if run_id else ""), params={"run_id": run_id} if run_id else None
                    ).to_arrow_table()
-    writer = duckdb.connect()
+    writer = _connect()
     try:
         writer.register("_runs", runs)
         for table in TABLES:
@@ -290,11 +289,9 @@ def _parquet_files_sql(root: Path, table: str, patterns: list[str]) -> str | Non
 def parquet_history(root: Path) -> duckdb.DuckDBPyConnection:
     """An in-memory connection whose tables and views read a Parquet tree written by export_parquet
     (and by export_node: a multi-node job's nodes, each a run of its own here)."""
-    import duckdb
-
     if not root.is_dir():
         raise PostmortemError(f"No such directory: {root}")
-    con = duckdb.connect()
+    con = _connect()
     found = 0
     for table in TABLES:
         scan = _parquet_files_sql(root, table, ["date=*/job=*/*.parquet", "date=*/job=*/node=*/*.parquet"])
@@ -321,13 +318,11 @@ def export_node(con: duckdb.DuckDBPyConnection, root: Path, run_id: str, job: st
     replacing whatever this node wrote for this job before, on any date: an epilog run twice
     leaves one copy. The new files are written aside first (ROOT/.incoming-…) and moved into
     place, so a reader sees the node's old rows or its new ones, table by table, never half a file."""
-    import duckdb
-
     job, node = partition_value(job), partition_value(node)
     date = con.execute("SELECT strftime(analyzed_at, '%Y-%m-%d') FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0]
     aside = root / f".incoming-job={job}-node={node}-{secrets.token_hex(4)}"
     written: dict[str, int] = {}
-    writer = duckdb.connect()
+    writer = _connect()
     try:
         for table in TABLES:
             count = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchall()[0][0]
@@ -362,12 +357,10 @@ def export_job_verdict(con: duckdb.DuckDBPyConnection, root: Path, run_id: str, 
     """Write a multi-node job's analysis (its run and findings, not the nodes' rows again) as
     ROOT/<table>/date=…/job=JOB/node=_job/analysis.parquet, replacing the job's earlier analysis:
     history questions over the tree (which signature fired, on which host) see one verdict per job."""
-    import duckdb
-
     job = partition_value(job)
     date = con.execute("SELECT strftime(analyzed_at, '%Y-%m-%d') FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0]
     written: dict[str, int] = {}
-    writer = duckdb.connect()
+    writer = _connect()
     try:
         for table in JOB_TABLES:
             for old in (root / table).glob(f"date=*/job={job}/node={JOB_ANALYSIS}/analysis.parquet"):
@@ -398,10 +391,8 @@ def job_nodes(root: Path, job: str) -> list[str]:
 def job_tables(root: Path, job: str) -> duckdb.DuckDBPyConnection:
     """A sandboxed connection (it reads only under ``root``) whose tables are every node's rows of
     ``job``, read in place from the Parquet files, each row with its ``node`` (and ``date``, ``job``)."""
-    import duckdb
-
     job = partition_value(job)
-    con = duckdb.connect()
+    con = _connect()
     for table in TABLES:
         scan = _parquet_files_sql(root, table, [f"date=*/job={job}/node=*/*.parquet"])
         if scan is not None:  # the nodes' rows, not an earlier analysis of the job (pruned by partition)
