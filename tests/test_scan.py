@@ -136,6 +136,25 @@ def test_the_lines_byte_offsets_fall_on(latin1):
     assert numbers.to_list() == [5 + data.count(b"\n", 0, offset) for offset in offsets]
 
 
+def test_a_block_split_at_its_head_is_scanned_as_in_one_pass():
+    """The presence-only triggers found in a block's head are not looked for in the rest: whatever
+    the head's size, and where it cuts a literal in two, the scan finds what one pass over the
+    whole block finds (every text log of the samples, one block)."""
+    data = b"".join(path.read_bytes() for path in _text_files() if path.is_relative_to(SAMPLES))
+    whole = scan.Scanner(scan._DECLARED.values())
+    whole.HEAD_BYTES = len(data)
+    one_pass = whole.scan(data)
+    assert one_pass.ends and {"dynamo", "nccl", "runtime.traceback"} <= one_pass.present
+    split = scan.Scanner(scan._DECLARED.values())
+    first_dynamo = data.index(b"_dynamo")
+    cuts = {first_dynamo - 1, first_dynamo + 3, first_dynamo + 8, 4096, len(data) // 5 - 1}
+    for ends in one_pass.ends.values():  # heads ending inside a per-line literal's match, and just past it
+        cuts |= {end - back for end in ends[:: max(1, len(ends) // 5)] for back in (0, 1, 2, 5)}
+    for head in sorted(c for c in cuts if 0 < c < len(data) // 4):
+        split.HEAD_BYTES = head
+        assert split.scan(data) == one_pass, head
+
+
 def test_a_block_with_too_many_matches_is_scanned_for_presence_alone():
     data = b"\n".join([b"[rank0]: mem 12 MiB allocated"] * 20_000)
     found = scan.block_scanner().scan(data)
