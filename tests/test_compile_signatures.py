@@ -118,6 +118,32 @@ def test_a_rank_that_compiled_fewer_times_is_named_against_the_majority(tmp_path
     assert "rank 1: 12 compile id(s)" in div["summary"] and "forward recompiled 4x" in div["summary"]
 
 
+def test_records_holding_a_cache_outcome_or_a_collective_schedule_are_read_whole():
+    """rank-divergent-compile reads every record whose attrs hold a cache outcome or a collective
+    schedule, however many records are alike (of the rest, only each compile id's first and each
+    rank's last): the graph_breaks run's records, two from the middle given such attrs as the
+    TORCH_TRACE parser writes them (no sample's trace logged an FX-cache artifact or a compiled
+    collective)."""
+    from postmortem.checks import rank_divergent_compile as check
+
+    con, run_id, _ = api.ingest(sample_dir("graph_breaks"), keep=False)
+    assert check._keys_held(con, run_id) == []
+    read = {(r["file"], r["line_no"]) for r in check._rows(con, run_id)}
+    left_out = con.execute("SELECT rowid, file, line_no FROM compiles WHERE run_id = ? AND rank IS NOT NULL "
+                           "ORDER BY rank, line_no", [run_id]).fetchall()
+    left_out = [row for row in left_out if row[1:] not in read]
+    assert len(left_out) >= 2
+    (cached, *_), (scheduled, *_) = left_out[0], left_out[-1]
+    con.execute("""UPDATE compiles SET attrs = json_merge_patch(attrs, '{"cache": {"fx_graph_cache": "hit"}}')
+                   WHERE rowid = ?""", [cached])
+    con.execute("""UPDATE compiles SET attrs = json_merge_patch(attrs, '{"collectives": ["all_reduce"]}')
+                   WHERE rowid = ?""", [scheduled])
+    assert check._keys_held(con, run_id) == ["cache", "collectives"]
+    rows = {(r["file"], r["line_no"]): r for r in check._rows(con, run_id)}
+    assert json.loads(rows[left_out[0][1:]]["cache"]) == {"fx_graph_cache": "hit"}
+    assert json.loads(rows[left_out[-1][1:]]["collectives"]) == ["all_reduce"]
+
+
 def test_cache_size_limit_lines_of_torch_2_5_give_the_recompile_limit_verdict(tmp_path):
     # pytorch/pytorch#139474 (torch 2.5): the older `cache_size_limit` wording, real lines of rank 3.
     job = tmp_path / "job"
