@@ -97,40 +97,29 @@ class Batcher:
     is also bounded in bytes: a graph break logged at every step of 512 ranks is a million
     rows of long text, and what waits here is held twice while DuckDB copies it in. And in rows:
     while workers parse, what they sent goes in as it comes (~1 us a row), not all after the
-    last of them has finished (0.3 s of one core, the other idle, for the 64-rank job's 200k rows).
-    Past a bound, the tables holding the most go in, until what waits is under it; the others
-    wait for ``flush``: an insert of a few hundred rows costs 2-3 ms (the 64-rank job's compile
-    records, 205k rows, went in six times, and each time seven small tables with them: 60 ms)."""
+    last of them has finished (0.3 s of one core, the other idle, for the 64-rank job's 200k rows)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, max_rows: int = 50_000,
                  max_bytes: int = 64 << 20):
         self.con, self.run_id, self.max_rows, self.max_bytes = con, run_id, max_rows, max_bytes
         self.pending: dict[str, list[pl.DataFrame]] = {}
-        self.held: dict[str, tuple[int, int]] = {}  # each table's rows and bytes waiting
         self.rows = self.bytes = 0
 
     def add(self, table: str, df: pl.DataFrame) -> None:
         if df.height == 0:
             return
         self.pending.setdefault(table, []).append(df)
-        rows, size = self.held.get(table, (0, 0))
-        self.held[table] = (rows + df.height, size + df.estimated_size())
         self.rows += df.height
         self.bytes += df.estimated_size()
-        while self.rows >= self.max_rows or self.bytes >= self.max_bytes:
-            over_bytes = self.bytes >= self.max_bytes
-            self._append(max(self.held, key=lambda t: self.held[t][over_bytes]))
+        if self.rows >= self.max_rows or self.bytes >= self.max_bytes:
+            self.flush()
 
     def flush(self) -> None:
-        for table in list(self.pending):
-            self._append(table)
-
-    def _append(self, table: str) -> None:
-        # chunks side by side, not copied into one: DuckDB reads them through Arrow as they are
-        append(self.con, table, self.run_id, pl.concat(self.pending.pop(table), how="vertical_relaxed", rechunk=False))
-        rows, size = self.held.pop(table)
-        self.rows -= rows
-        self.bytes -= size
+        for table, frames in self.pending.items():
+            # chunks side by side, not copied into one: DuckDB reads them through Arrow as they are
+            append(self.con, table, self.run_id, pl.concat(frames, how="vertical_relaxed", rechunk=False))
+        self.pending.clear()
+        self.rows = self.bytes = 0
 
 
 def _schema_version(con: duckdb.DuckDBPyConnection, catalog: str) -> int:
