@@ -104,3 +104,29 @@ def test_two_analyses_writing_the_same_history_at_once_both_land(sample, history
              for name in ("healthy", "rank_sigkill")]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     assert len(api.runs(db=history)) == 2
+
+
+def test_batched_appends_stay_under_their_bounds_and_keep_every_tables_rows_in_order(sample):
+    """The parsers' frames of a real run, a few rows at a time and the tables interleaved, through
+    a Batcher of small bounds: what waits stays under them after every frame, and each staging
+    table ends up holding what one insert of its frames would have put there, in the same order."""
+    from postmortem import discover, parsing
+
+    _, frames = parsing.parse_in_worker(discover.discover(sample("hang_dataloader_nccl")).sources)
+    assert len(frames) >= 4 and sum(df.height for df in frames.values()) > 200
+    # (seven rows at a time, the tables in turn)
+    pieces = [(table, df.slice(at, 7)) for at in range(0, max(df.height for df in frames.values()), 7)
+              for table, df in frames.items() if at < df.height]
+    small = store.Batcher(store.staging(), "r", max_rows=40, max_bytes=16 << 10)
+    for table, df in pieces:
+        small.add(table, df)
+        assert small.rows < 40 and small.bytes < 16 << 10
+    small.flush()
+    assert small.rows == small.bytes == 0 and not small.pending
+    whole = store.Batcher(store.staging(), "r", max_rows=10**9, max_bytes=1 << 40)
+    for table, df in frames.items():
+        whole.add(table, df)
+    whole.flush()
+    for table in frames:
+        got = small.con.sql(f"SELECT * FROM {table}").fetchall()
+        assert got == whole.con.sql(f"SELECT * FROM {table}").fetchall() and len(got) == frames[table].height, table
