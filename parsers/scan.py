@@ -88,7 +88,8 @@ class Found:
 class Scanner:
     """Which of a fixed set of triggers occur in a block of bytes, and where the per-line ones do."""
 
-    HEAD_BYTES = 64 << 10  # (``scan``: the presence-only triggers found in a block's first 64 KiB are not looked for past it)
+    # (``scan``: the presence-only triggers found in a block's first 64 KiB are not looked for past it)
+    HEAD_BYTES = 64 << 10
 
     def __init__(self, triggers: Iterable[Trigger]):
         triggers = tuple(triggers)
@@ -102,27 +103,28 @@ class Scanner:
         self._overlap = 4 * max((len(lit) for _, lit in self._patterns), default=0)
         self._rest_dbs: dict[frozenset[str], object] = {}
         if hyperscan is not None and self._patterns:
-            self._db = self._compile(self._patterns, every_match=False)
-            self._lines_db = self._rest_dbs[frozenset()] = self._compile(self._patterns, every_match=True)
+            self._db = self._compile(range(len(self._patterns)), every_match=False)
+            self._lines_db = self._rest_db(frozenset())
 
-    @staticmethod
-    def _compile(patterns: list[tuple[Trigger, str]], every_match: bool, ids: list[int] | None = None):
-        """One database of every literal (numbered by ``ids``, else in order); ``every_match``: the
-        per-line triggers' literals report each match (the others still once)."""
+    def _compile(self, ids: Iterable[int], every_match: bool):
+        """One database of the literals numbered ``ids`` (each keeps its number: ``_owner``'s index);
+        ``every_match``: the per-line triggers' literals report each match (the others still once)."""
+        ids = list(ids)
+        patterns = [self._patterns[i] for i in ids]
         db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         flags = [(0 if every_match and t.per_line else hyperscan.HS_FLAG_SINGLEMATCH)
                  | (hyperscan.HS_FLAG_CASELESS if t.caseless else 0) for t, _ in patterns]
         db.compile(expressions=[_byte_pattern(lit, t.caseless) for t, lit in patterns],
-                   ids=ids if ids is not None else list(range(len(patterns))), elements=len(patterns), flags=flags)
+                   ids=ids, elements=len(patterns), flags=flags)
         return db
 
-    def _rest_db(self, found: frozenset[str]):
-        """The per-line database less the literals of ``found``, presence-only triggers already found
-        (each literal keeps its number), compiled at its first use (~2 ms)."""
-        db = self._rest_dbs.get(found)
+    def _rest_db(self, skipped: frozenset[str]):
+        """The per-line database less the literals of the triggers ``skipped`` (presence-only ones
+        already found), compiled at its first use (~2 ms)."""
+        db = self._rest_dbs.get(skipped)
         if db is None:
-            kept = [i for i, (t, _) in enumerate(self._patterns) if t.name not in found]
-            db = self._rest_dbs[found] = self._compile([self._patterns[i] for i in kept], every_match=True, ids=kept)
+            kept = [i for i, (t, _) in enumerate(self._patterns) if t.name not in skipped]
+            db = self._rest_dbs[skipped] = self._compile(kept, every_match=True)
         return db
 
     def present(self, data: bytes) -> frozenset[str] | None:

@@ -6,9 +6,10 @@ only for that copy, so analyses running side by side wait for each other briefly
 instead of failing, and a crash mid-ingest leaves no half run behind.
 
 This is the only module that writes a database. DuckDB is imported by the functions that use it
-(here, by ``_connect``, which opens every connection), and in the modules that read a run (``api``,
-``engine``, ``pipeline``, ``summary``), not where they are imported: the ``analyze`` command hands its first files to the parsing workers before it
-needs a database, and the ~70 ms of importing DuckDB then run beside them, not before them.
+(here, by ``_connect``, which opens every connection), and in the modules that read a run
+(``api``, ``engine``, ``pipeline``, ``summary``), not where they are imported: the ``analyze``
+command hands its first files to the parsing workers before it needs a database, and the ~70 ms
+of importing DuckDB then run beside them, not before them.
 """
 
 from __future__ import annotations

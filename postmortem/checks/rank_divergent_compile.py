@@ -45,10 +45,10 @@ def _rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     of the rest, each compile id's first record (and first in user code: evidence) and each
     rank's last record."""
     library = " OR ".join(f"contains(code_file, '{m}')" for m in _LIBRARY_PATHS)
-    # (attrs, written by the parsers, hold a key's quoted name wherever they hold the key: the text
-    # is searched first, and JSON taken apart only where it holds one)
+    # (the text is searched first, and JSON taken apart only where it holds the key)
     wanted = "".join(f"""
-                  OR (contains(attrs, '"{key}"') AND (attrs->'{key}') IS NOT NULL)""" for key in _keys_held(con, run_id))
+                  OR ({_names_key('attrs', key)} AND (attrs->'{key}') IS NOT NULL)"""
+                     for key in _keys_held(con, run_id))
     # The firsts and lasts are picked by aggregates over row ids (hashing), not by numbering every
     # record in order (sorting millions); NULL times sort last, as ORDER BY ts NULLS LAST would.
     cur = con.execute(
@@ -81,14 +81,20 @@ def _rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
 _WHOLE_KEYS = ("cache", "collectives")
 
 
+def _names_key(column: str, key: str) -> str:
+    """SQL: whether the attrs text ``column`` names ``key`` (attrs, written by the parsers, hold a
+    key's quoted name wherever they hold the key)."""
+    return f"""contains({column}, '"{key}"')"""
+
+
 def _keys_held(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """Which of the attrs keys the comparison reads whole (cache outcomes, collective schedules) some
     record's attrs may hold: looked for once in each distinct attrs text, not in every record's (a
     graph break logged at every step of 64 ranks: 205k records, 80 MB of attrs in 5 values; 20 of
     the query's 37 ms)."""
-    held = ", ".join(f"""coalesce(bool_or(contains(a, '"{key}"')), false)""" for key in _WHOLE_KEYS)
-    found = con.execute(f"SELECT {held} FROM (SELECT DISTINCT attrs AS a FROM compiles WHERE run_id = ? AND rank IS NOT NULL)",
-                        [run_id]).fetchone()
+    held = ", ".join(f"coalesce(bool_or({_names_key('a', key)}), false)" for key in _WHOLE_KEYS)
+    found = con.execute(f"SELECT {held} FROM (SELECT DISTINCT attrs AS a FROM compiles "
+                        "WHERE run_id = ? AND rank IS NOT NULL)", [run_id]).fetchone()
     return [key for key, is_held in zip(_WHOLE_KEYS, found) if is_held]
 
 
