@@ -8,6 +8,7 @@ load is reported with its reason and skipped, never fatal.
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -100,16 +101,29 @@ def _builtin_files() -> list[tuple[str, str]]:
                   if p.name.endswith(".toml") and p.name != "calibration.toml")
 
 
+@functools.cache
+def builtin() -> tuple[tuple[str, Signature | None, str | None], ...]:
+    """Each built-in file: (its name, its signature, or None and why it did not load), parsed once a
+    process (~10 ms of TOML, which the matching and then the report read). Callers must not change
+    the signatures they get."""
+    parsed = []
+    for name, text in _builtin_files():
+        try:
+            parsed.append((name, parse_signature(text, "built-in"), None))
+        except ValueError as exc:
+            parsed.append((name, None, str(exc)))
+    return tuple(parsed)
+
+
 def load_all(extra: Path | None = None) -> tuple[list[Signature], list[tuple[str, str]]]:
     """(signatures that loaded, [(file, why it did not)]); a user's file overrides a built-in id."""
     loaded: dict[str, Signature] = {}
     broken: list[tuple[str, str]] = []
-    for name, text in _builtin_files():
-        try:
-            sig = parse_signature(text, "built-in")
+    for name, sig, why in builtin():
+        if sig is None:
+            broken.append((name, why))
+        else:
             loaded[sig.id] = sig
-        except ValueError as exc:
-            broken.append((name, str(exc)))
     if extra is not None:
         if not extra.is_dir():
             raise PostmortemError(f"--signatures: {extra} is not a directory")
