@@ -21,12 +21,12 @@ import re
 import string
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .catalog import SEVERITIES, Signature
-from .checks import shared_results
+from .checks import Busy, defer_when_busy, shared_results
 from .errors import PostmortemError
 from .ranges import rank_ranges
 
@@ -242,21 +242,43 @@ def _evidence_of_each(con: duckdb.DuckDBPyConnection, run_id: str,
                       signatures: list[Signature]) -> Iterator[tuple[Signature, list[dict] | None, Exception | None]]:
     """Each signature's evidence rows, or what it raised, in the signatures' order: each on a
     cursor of its own (a connection to the same database, sandboxed as it is), in the caller's
-    context (``shared_results``)."""
+    context (``shared_results``). One whose check asks for a shared value that another is computing
+    (``checks.Busy``) goes back behind the signatures not begun, which run meanwhile; once none is
+    left to begin, it waits for the value."""
     context = contextvars.copy_context()
+    pool = ThreadPoolExecutor(MATCH_THREADS, thread_name_prefix="signature")
+    lock = threading.Lock()
+    futures: list[Future] = []
+    waiting = len(signatures)  # handed to the pool and not begun
 
-    def of(sig: Signature) -> tuple[Signature, list[dict] | None, Exception | None]:
+    def of(i: int, sig: Signature) -> tuple[Signature, list[dict] | None, Exception | None] | None:
+        nonlocal waiting
+        with lock:
+            waiting -= 1
+            others = waiting > 0
+        run = context.copy()
+        if others:
+            run.run(defer_when_busy)
         cursor = con.cursor()
         try:
-            return sig, context.copy().run(evidence_rows, cursor, sig, run_id), None
+            return sig, run.run(evidence_rows, cursor, sig, run_id), None
+        except Busy:
+            with lock:
+                waiting += 1
+                futures[i] = pool.submit(of, i, sig)
+            return None  # (its result is the new future's)
         except Exception as exc:  # (told apart by the caller, in the signatures' order)
             return sig, None, exc
         finally:
             cursor.close()
 
-    pool = ThreadPoolExecutor(MATCH_THREADS, thread_name_prefix="signature")
     try:
-        yield from pool.map(of, signatures)
+        with lock:
+            futures += [pool.submit(of, i, sig) for i, sig in enumerate(signatures)]
+        for i in range(len(signatures)):
+            while (result := futures[i].result()) is None:
+                pass
+            yield result
     finally:  # (a refused signature stops the matching: the ones not begun are not run)
         pool.shutdown(cancel_futures=True)
 

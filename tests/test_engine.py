@@ -193,6 +193,59 @@ def test_a_result_checks_share_is_computed_once_while_signatures_are_matched_sid
         assert checks.once(("broken",), lambda: "computed again") == "computed again"
 
 
+def test_a_signature_waiting_for_a_shared_result_lets_the_others_run_meanwhile(monkeypatch):
+    """Three checks ask for the collective alignment at once: on two threads, the one that is not
+    computing it must not sit waiting while other signatures are left to run (it is tried again
+    after them); its findings, and every signature's, come back in the signatures' order."""
+    import threading
+
+    from postmortem import checks
+
+    other_ran = threading.Event()
+
+    def alignment():  # finishes only once a signature that needs nothing shared has run beside it
+        assert other_ran.wait(10), "the second thread waited for the shared result instead of matching the others"
+        return ["aligned"]
+
+    def rows(con, sig, run_id):
+        if sig.id.startswith("shared"):
+            return [{"rank": 0, "text": f"{sig.id} {checks.once(('alignment', run_id), alignment)[0]}"}]
+        other_ran.set()
+        return [{"rank": 1, "text": sig.id}]
+
+    monkeypatch.setattr(engine, "evidence_rows", rows)
+    monkeypatch.setattr(engine, "MATCH_THREADS", 2)
+    sigs = [catalog.Signature(id=i, title="t", severity="warning", role="symptom", description="d", origin="test",
+                              queries=["SELECT 1"]) for i in ("shared-1", "shared-2", "shared-3", "other-1", "other-2")]
+
+    class Cursors:  # (the engine gives each signature a cursor of its own)
+        def cursor(self):
+            return self
+
+        def close(self):
+            pass
+
+    with checks.shared_results():
+        got = list(engine._evidence_of_each(Cursors(), "run", sigs))
+    assert [(sig.id, found, exc) for sig, found, exc in got] == [
+        ("shared-1", [{"rank": 0, "text": "shared-1 aligned"}], None),
+        ("shared-2", [{"rank": 0, "text": "shared-2 aligned"}], None),
+        ("shared-3", [{"rank": 0, "text": "shared-3 aligned"}], None),
+        ("other-1", [{"rank": 1, "text": "other-1"}], None),
+        ("other-2", [{"rank": 1, "text": "other-2"}], None),
+    ]
+
+
+def test_a_users_signature_of_a_built_in_id_leaves_the_built_in_to_the_next_analysis(tmp_path):
+    """The built-in signatures are parsed once a process: a user's file that replaces one in one
+    analysis must not replace it in the next."""
+    write_sig(tmp_path / "mine.toml", id="graph-break")
+    mine, _ = catalog.load_all(tmp_path)
+    assert next(s for s in mine if s.id == "graph-break").origin == str(tmp_path / "mine.toml")
+    again, _ = catalog.load_all()
+    assert next(s for s in again if s.id == "graph-break").origin == "built-in"
+
+
 @pytest.mark.parametrize("scenario", ["hang_dataloader_nccl", "lock_wait_in_save", "rank_sigkill", "fsdp_desync",
                                       "silent_hang_killed", "rank_frozen"])
 def test_checks_that_share_what_they_read_find_what_each_finds_alone(scenario):

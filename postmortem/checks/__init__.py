@@ -14,6 +14,20 @@ from typing import TypeVar
 
 T = TypeVar("T")
 _SHARED: ContextVar[dict | None] = ContextVar("shared_results", default=None)
+_DEFER: ContextVar[bool] = ContextVar("defer_when_busy", default=False)
+
+
+class Busy(Exception):
+    """A shared value (``once``) that another thread is computing, asked for where the caller
+    said it would rather do other work meanwhile than wait (``defer_when_busy``)."""
+
+
+def defer_when_busy() -> None:
+    """From here on in this context, ``once`` raises Busy where another thread is computing the
+    value asked for: the caller (``engine.match``) runs another signature meanwhile and this one
+    again later, rather than leave its core idle while it waits (the 64-rank job: three checks ask
+    for the collective alignment at once, ~40 ms of one of two threads)."""
+    _DEFER.set(True)
 
 
 @contextmanager
@@ -29,16 +43,23 @@ def shared_results() -> Iterator[None]:
 
 
 class _Once:
-    """A value computed by the first to ask; the others asking meanwhile wait for it."""
+    """A value computed by the first to ask; the others asking meanwhile wait for it (or, deferring
+    their work: ``defer_when_busy``, are told it is Busy)."""
 
     def __init__(self) -> None:
         self.lock, self.done, self.value = Lock(), False, None
 
     def get(self, compute: Callable[[], T]) -> T:
-        with self.lock:
+        if self.done:  # (set once the value is: read without the lock, which only its computing holds long)
+            return self.value
+        if not self.lock.acquire(blocking=not _DEFER.get()):
+            raise Busy
+        try:
             if not self.done:
                 self.value, self.done = compute(), True
             return self.value
+        finally:
+            self.lock.release()
 
 
 _MEMO_LOCK = Lock()
