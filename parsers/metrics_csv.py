@@ -45,7 +45,8 @@ def sniff(head: bytes, name: str) -> bool:
     """A header of metric names with a step column, and numbers under it. The head may end inside
     the first row (DeviceStatsMonitor's header alone is some 15 KB): a cut row is judged on the
     cells it holds."""
-    lines = head.decode("utf-8", errors="replace").split("\n")
+    # (the first two lines, and whether a third begins: a newline byte is never inside a UTF-8 character)
+    lines = [part.decode("utf-8", errors="replace") for part in head.split(b"\n", 2)]
     if len(lines) < 2:
         return False
     header = [c.strip() for c in lines[0].split(",")]

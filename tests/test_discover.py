@@ -6,6 +6,7 @@ import gzip
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -157,3 +158,17 @@ def test_the_tee_prefixes_and_the_first_date_are_those_the_plain_regexes_find(he
     assert rank_from_content(head) == ((one(tee), True) if tee else (one(ranks), False))
     date, fast = re.search(rb"\b(20\d\d)-(\d\d)-(\d\d)[ _T]\d\d:\d\d:\d\d", head), first_full_date(head)
     assert (date and (date.span(), date.groups())) == (fast and (fast.span(), fast.groups()))
+
+
+def test_a_files_name_is_its_path_under_the_root_in_forward_slashes(tmp_path):
+    """The names discovery gives files (the files table's path, the evidence's file) are their paths
+    under the directory analyzed: the directory itself is ".", a root given with a trailing slash
+    names its files the same, and a name that is not UTF-8 keeps its other characters."""
+    from postmortem.discover import _rel
+
+    root = tmp_path / "job"
+    assert _rel(root, root) == "."
+    assert _rel(root, root / "node0" / "rank3.log") == "node0/rank3.log"
+    assert _rel(Path(str(root) + "/"), root / "a.log") == "a.log"
+    assert _rel(root, tmp_path / "jobs" / "a.log") == str(tmp_path / "jobs" / "a.log")  # (not under it: as it is)
+    assert _rel(root, root / "r\udcff.log") == "r\ufffd.log"
