@@ -122,8 +122,7 @@ def _rel(root: Path, path: Path) -> str:
         rel = "."
     else:
         prefix = base if base.endswith(os.sep) else base + os.sep
-        rel = text[len(prefix):] if text.startswith(prefix) else text
-        rel = rel if os.sep == "/" else rel.replace(os.sep, "/")
+        rel = (text[len(prefix):] if text.startswith(prefix) else text).replace(os.sep, "/")
     return rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 

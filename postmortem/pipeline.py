@@ -188,9 +188,10 @@ def _parse_all(found: discovery.Discovery, run_id: str,
                 finished(task, parsing.parse_in_worker(task))  # (its frames as a worker's: they concatenate)
             submitter.join()
             # meanwhile, what the matching reads once the workers are done is made ready: the built-in
-            # signatures parsed and the analyzer's digest (~15 ms that would be in the single-core end)
+            # signatures parsed and the analyzer's digest (~15 ms that would be in the single-core end;
+            # None as run_fingerprint asks for it without --signatures: lru_cache keys f() apart from f(None))
             catalog.builtin()
-            analyzer_digest()
+            analyzer_digest(None)
             for future in as_completed(futures):
                 # popped: a finished future keeps its result, every parsed frame of the job otherwise
                 task = futures.pop(future)
