@@ -223,6 +223,40 @@ def test_a_worker_has_what_its_first_task_would_build_from_its_server():
     assert scanners >= 1
 
 
+def _huge_pages_of_a_touched_buffer() -> tuple[int, int]:
+    """(In a worker) whether its huge pages are off (prctl PR_GET_THP_DISABLE), and the kB of huge
+    pages under a 16 MB pyarrow buffer once every page of it is written."""
+    import ctypes
+
+    import pyarrow as pa
+
+    off = ctypes.CDLL(None).prctl(42, 0, 0, 0, 0)
+    buffer = pa.allocate_buffer(16 << 20)
+    view = memoryview(buffer).cast("B")
+    view[::4096] = b"\x01" * len(range(0, len(view), 4096))
+    huge, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                low, high = (int(x, 16) for x in head.split("-"))
+                inside = low <= buffer.address < high
+            elif inside and head == "AnonHugePages:":
+                huge = int(line.split()[1])
+    return off, huge
+
+
+def test_a_worker_faults_its_memory_in_small_pages():
+    # pyarrow's allocator maps its arenas for transparent huge pages: each first touch would zero
+    # 2 MiB however little of it is used, what a job analyzed just after it was written pays most
+    context = workers.worker_context()
+    assert context is not None and context.get_start_method() == "forkserver"
+    with workers.worker_environment(), workers.pool(1, context) as pool:
+        off, huge_kb = pool.submit(_huge_pages_of_a_touched_buffer).result(timeout=60)
+    assert off == 1
+    assert huge_kb == 0
+
+
 def test_a_worker_parsing_every_kind_of_file_never_imports_pyarrow_compute():
     # (~50 ms of a process's start, the server's or a worker's: Polars' pyarrow path imports it)
     code = ("import sys\nfrom pathlib import Path\nfrom postmortem import discover, parsing\n"
