@@ -131,12 +131,12 @@ def usable_cores() -> int:
 @contextlib.contextmanager
 def pool(processes: int, context: multiprocessing.context.BaseContext) -> Iterator[ProcessPoolExecutor]:
     """A pool of ``processes`` parsing workers started by ``context``, each bound to a core
-    (``pin_to_a_core``), the first to a core drawn at random: two analyses at once on a machine of
+    (``start_worker``), the first to a core drawn at random: two analyses at once on a machine of
     many cores (a scheduler's epilogs) then seldom bind their workers to the same few. Leaving it,
     what was not begun is given up and the workers' exit is not waited for: two processes freeing
     what they held while this one goes on (~30 ms of the end of an analysis, which runs on one core)."""
     first = random.randrange(usable_cores())
-    executor = ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=pin_to_a_core,
+    executor = ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=start_worker,
                                    initargs=(context.Value("i", first),))
     try:
         yield executor
@@ -144,9 +144,35 @@ def pool(processes: int, context: multiprocessing.context.BaseContext) -> Iterat
         executor.shutdown(wait=False, cancel_futures=True)
 
 
+def start_worker(counter) -> None:
+    """A parsing worker's initializer: bound to a core (``pin_to_a_core``), its memory in small
+    pages (``small_pages_only``)."""
+    pin_to_a_core(counter)
+    small_pages_only()
+
+
+def small_pages_only() -> bool:
+    """This process faults its memory in 4 KiB pages from here on, never in transparent huge pages
+    (Linux's ``prctl(PR_SET_THP_DISABLE)``; elsewhere nothing); True where set. pyarrow's allocator
+    (mimalloc) asks for huge pages on every arena it maps, so a worker's first touch of each 2 MiB
+    zeroed all of it. A worker keeps what it frees (``WORKER_ENVIRONMENT``): a huge page saves it
+    nothing after its first task (the 64-rank job just after another run: 2.79 vs 2.75 s), while
+    the first touch is what costs, most on a VM whose host takes freed guest memory back (the same
+    job after 25 s idle: 3.33 -> 2.91 s, 184 -> 2 huge-page faults; the workers' time in the kernel's
+    page zeroing 470 and 242 -> 25 and 16 ms)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(41, 1, 0, 0, 0) == 0  # (41: PR_SET_THP_DISABLE)
+    except (OSError, AttributeError):  # (no C library to load, or one without prctl)
+        return False
+
+
 def pin_to_a_core(counter) -> None:
-    """A parsing worker's initializer: the worker is bound to one core of those this process may
-    use, the next one (``counter``, shared by the pool's workers, says which), all its threads with it.
+    """This worker is bound to one core of those this process may use, the next one (``counter``,
+    shared by the pool's workers, says which), all its threads with it.
 
     A worker is one thread's work: its Python thread hands each Polars operation over a frame (a
     filter, a join, a select of several columns) to Polars' pool thread and waits for it, some 600
