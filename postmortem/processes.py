@@ -46,17 +46,23 @@ def all_pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
 
 
+def prctl(option: int, *args) -> int | None:
+    """Linux's ``prctl(option, *args)`` (the arguments not given 0): what it returned, or None where
+    there is no C library to load or none with prctl."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(option, *args, *[0] * (4 - len(args)))
+    except (OSError, AttributeError):
+        return None
+
+
 def subreaper(on: bool) -> bool:
     """Make this process the subreaper of its descendants (Linux): orphaned workers come back to
     us to be reaped, rather than to init. Returns the previous setting."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        previous = ctypes.c_int(0)
-        libc.prctl(37, ctypes.byref(previous), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
-        libc.prctl(36, int(on), 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-        return bool(previous.value)
-    except (OSError, AttributeError):
+    previous = ctypes.c_int(0)
+    if prctl(37, ctypes.byref(previous)) is None:  # PR_GET_CHILD_SUBREAPER
         return False
+    prctl(36, int(on))  # PR_SET_CHILD_SUBREAPER
+    return bool(previous.value)
 
 
 class JobProcesses:

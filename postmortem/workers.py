@@ -151,23 +151,19 @@ def start_worker(counter) -> None:
     small_pages_only()
 
 
-def small_pages_only() -> bool:
+def small_pages_only() -> None:
     """This process faults its memory in 4 KiB pages from here on, never in transparent huge pages
-    (Linux's ``prctl(PR_SET_THP_DISABLE)``; elsewhere nothing); True where set. pyarrow's allocator
+    (Linux's ``prctl(PR_SET_THP_DISABLE)``; elsewhere nothing). pyarrow's allocator
     (mimalloc) asks for huge pages on every arena it maps, so a worker's first touch of each 2 MiB
     zeroed all of it. A worker keeps what it frees (``WORKER_ENVIRONMENT``): a huge page saves it
     nothing after its first task (the 64-rank job just after another run: 2.79 vs 2.75 s), while
     the first touch is what costs, most on a VM whose host takes freed guest memory back (the same
     job after 25 s idle: 3.33 -> 2.91 s, 184 -> 2 huge-page faults; the workers' time in the kernel's
     page zeroing 470 and 242 -> 25 and 16 ms)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
+    if sys.platform.startswith("linux"):
+        from .processes import prctl  # (here, in the worker: ctypes is not among what the command imports first)
 
-        return ctypes.CDLL(None, use_errno=True).prctl(41, 1, 0, 0, 0) == 0  # (41: PR_SET_THP_DISABLE)
-    except (OSError, AttributeError):  # (no C library to load, or one without prctl)
-        return False
+        prctl(41, 1)  # PR_SET_THP_DISABLE
 
 
 def pin_to_a_core(counter) -> None:
