@@ -9,11 +9,13 @@ big enough for workers (``PARALLEL_MIN_*``) and runs them.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
 import os
 import random
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
@@ -32,10 +34,14 @@ PARALLEL_MIN_BATCHED = 2000  # ... or this many are read to be built with others
 # pyarrow's allocator (mimalloc), which holds the buffers C writes a frame's columns into (14 MB for a
 # 16 MB log's headers alone): it gives freed memory back 10 ms after it is freed, and the next frame's
 # buffers fault it in again, zeroed (a pair of 16 MB logs, pinned: 230-300 -> 11-40 page faults,
-# 108-111 -> 100-102 ms).
+# 108-111 -> 100-102 ms). And jemalloc keeps one arena for all of a worker's threads, not one a
+# thread of several: a worker runs each line parser on a thread of its own (``textlog``), one at a
+# time, and what one freed another then takes again, where an arena of its own would fault in fresh
+# pages (a worker's first task of six 16 MB logs: 72k -> 65k page faults, ~3 us each on this VM; the
+# 64-rank job's workers 176k -> 158k).
 # NumPy, which pyarrow imports, starts OpenBLAS's threads, which spin ~0.1 s of CPU before they
 # sleep; a worker never multiplies a matrix.
-WORKER_ENVIRONMENT = {"POLARS_MAX_THREADS": "1", "_RJEM_MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1",
+WORKER_ENVIRONMENT = {"POLARS_MAX_THREADS": "1", "_RJEM_MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1,narenas:1",
                       "MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(4 << 30),
                       "MIMALLOC_PURGE_DELAY": "-1", "OPENBLAS_NUM_THREADS": "1"}
 
@@ -132,16 +138,85 @@ def usable_cores() -> int:
 def pool(processes: int, context: multiprocessing.context.BaseContext) -> Iterator[ProcessPoolExecutor]:
     """A pool of ``processes`` parsing workers started by ``context``, each bound to a core
     (``start_worker``), the first to a core drawn at random: two analyses at once on a machine of
-    many cores (a scheduler's epilogs) then seldom bind their workers to the same few. Leaving it,
-    what was not begun is given up and the workers' exit is not waited for: two processes freeing
-    what they held while this one goes on (~30 ms of the end of an analysis, which runs on one core)."""
-    first = random.randrange(usable_cores())
-    executor = ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=start_worker,
-                                   initargs=(context.Value("i", first),))
+    many cores (a scheduler's epilogs) then seldom bind their workers to the same few; or the pool
+    ``start_early`` began, whose workers are forked already: one a core (up to ``EARLY_WORKERS``),
+    as a pool of its own would fork for a job of as many tasks (a smaller one leaves some idle).
+    Leaving it, what was not begun is given up and the workers' exit is not waited for: two
+    processes freeing what they held while this one goes on (~30 ms of the end of an analysis,
+    which runs on one core)."""
+    early = _EARLY.pop(context, None)
+    executor = (early.take() if early is not None else None) or _executor(processes, context)
     try:
         yield executor
     finally:
+        if early is not None:
+            early.stop()
         executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _executor(processes: int, context: multiprocessing.context.BaseContext) -> ProcessPoolExecutor:
+    first = random.randrange(usable_cores())
+    return ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=start_worker,
+                               initargs=(context.Value("i", first),))
+
+
+class _EarlyPool(threading.Thread):
+    """A pool whose workers are forked while this process still imports what it needs before its
+    first task (``start_early``), on a thread of its own, which waits on the server (ready first: it
+    imports less) while the imports go on: a worker's fork costs 20-60 ms, which the first tasks no
+    longer wait for (the 64-rank job, six runs each: its first task began 2-7 ms after discovery, the
+    second 2-72 ms; forked as tasks came, 37-70 and 62-113 ms). A pool forks a worker for a task
+    submitted while none is idle: here, a task that does nothing, for each of the first
+    ``EARLY_WORKERS`` cores (more fork theirs as tasks come, as they would have)."""
+
+    def __init__(self, context: multiprocessing.context.BaseContext):
+        super().__init__(name="postmortem-early-pool", daemon=True)
+        self.context = context
+        self.made = threading.Event()
+        self.stopping = False
+        self.executor: ProcessPoolExecutor | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            # (made here, not by the caller: the shared counter's module imports ctypes, which the command needs later)
+            self.executor = _executor(usable_cores(), self.context)
+        except Exception:  # (``pool`` makes one, or says why it cannot)
+            return
+        finally:
+            self.made.set()
+        try:
+            for _ in range(min(usable_cores(), EARLY_WORKERS)):
+                if self.stopping:
+                    break
+                self.executor.submit(os.getpid)
+        except Exception:  # (a server that cannot fork: the pool forks as tasks come, or says why)
+            pass
+
+    def take(self) -> ProcessPoolExecutor | None:
+        """The pool, once made (None where it could not be)."""
+        self.made.wait()
+        return self.executor
+
+    def stop(self) -> None:
+        """No more workers forked: the one being forked is waited for. A process that left while its
+        pool forked a worker would leave the worker to find the pool's queues gone (and say so)."""
+        self.stopping = True
+        self.join()
+
+
+EARLY_WORKERS = 8
+_EARLY: dict[multiprocessing.context.BaseContext, _EarlyPool] = {}  # (``start_early``'s pool, until ``pool`` takes it)
+
+
+def _close_unused_early_pools() -> None:
+    """At exit, a pool ``start_early`` began that nothing took (the run was in the history, the job
+    smaller than it looked): its workers, once forked, are told to leave and waited for."""
+    while _EARLY:
+        early = _EARLY.popitem()[1]
+        early.stop()
+        if early.executor is not None:
+            early.executor.shutdown(wait=True, cancel_futures=True)
 
 
 def start_worker(counter) -> None:
@@ -216,8 +291,9 @@ def start_early(argv: Sequence[str]) -> bool:
     the critical path, after this process's own). Whether a directory on the command line is that big
     is a guess from its bytes (``pipeline`` decides from what discovery finds): a wrong one costs the
     server's start alone (its imports, 0.35-0.5 s of CPU on another core: so does a directory whose
-    run is in the history already, shown without parsing), or leaves it to start as before. True
-    where it was started."""
+    run is in the history already, shown without parsing), or leaves it to start as before. The
+    pool's workers are forked from it as soon as it is ready (``_EarlyPool``), for ``pool`` to hand
+    out. True where it was started."""
     if len(argv) < 2 or argv[0] != "analyze" or usable_cores() < 2:
         return False
     if not any(os.path.isdir(arg) and _holds_at_least(arg, PARALLEL_MIN_BYTES)
@@ -233,4 +309,7 @@ def start_early(argv: Sequence[str]) -> bool:
             forkserver.ensure_running()
     except Exception:  # (only a head start: where the server cannot start now, the pipeline starts it, or says why)
         return False
+    if not _EARLY:
+        atexit.register(_close_unused_early_pools)
+    _EARLY[context] = _EarlyPool(context)
     return True

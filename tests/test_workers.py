@@ -30,8 +30,10 @@ def test_a_directory_is_big_enough_by_the_bytes_of_its_files_links_not_followed(
 
 
 def test_only_analyze_of_a_directory_that_big_starts_the_server_early(tmp_path, monkeypatch):
-    started = []
+    started, pools = [], []
     monkeypatch.setattr(forkserver, "ensure_running", lambda: started.append(os.environ["POLARS_MAX_THREADS"]))
+    monkeypatch.setattr(workers, "_EarlyPool", pools.append)  # (no server here to fork workers from)
+    monkeypatch.setattr(workers, "_EARLY", {})
     monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
     monkeypatch.setattr(workers, "PARALLEL_MIN_BYTES", 1000)
     small, big = tmp_path / "small", tmp_path / "big"
@@ -50,6 +52,7 @@ def test_only_analyze_of_a_directory_that_big_starts_the_server_early(tmp_path, 
     assert workers.start_early(["analyze", "--db", str(history), str(big), "--format", "json"])
     assert started == [workers.WORKER_ENVIRONMENT["POLARS_MAX_THREADS"]]  # started with the workers' settings
     assert "POLARS_MAX_THREADS" not in os.environ  # and this process's own left as they were
+    assert pools == [workers.worker_context()]  # and the workers forked from it as soon as it is ready
 
 
 def test_parsing_workers_get_one_polars_thread_unless_the_user_chose_otherwise(monkeypatch):
@@ -97,6 +100,44 @@ def test_a_server_started_early_serves_the_workers_with_their_settings_and_the_r
     out = subprocess.run([sys.executable, "-c", code, str(job)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert tuple(json.loads(out.stdout)) == _verdict(api.analyze(job, keep=False))
+
+
+def test_the_workers_are_forked_while_the_command_imports_and_the_pipeline_parses_on_them():
+    job = sample_dir("hang_dataloader")
+    code = _PARALLEL + (
+        "import json, multiprocessing, sys\n"
+        "from postmortem import api, workers\n"
+        "workers.PARALLEL_MIN_BYTES = 0\n"
+        "assert workers.start_early(['analyze', sys.argv[1]])\n"
+        "workers._EARLY[workers.worker_context()].join(120)\n"
+        "forked = len(multiprocessing.active_children())\n"
+        "made, make = [], workers._executor\n"
+        "workers._executor = lambda *args: made.append(args) or make(*args)\n"
+        "report = api.analyze(sys.argv[1], keep=False)\n"
+        "print(json.dumps([forked, len(made), len(workers._EARLY), report['verdict'],\n"
+        "                  [f['signature'] for f in report['findings']]]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(job)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    forked, made, left, *verdict = json.loads(out.stdout)
+    assert forked == min(workers.usable_cores(), workers.EARLY_WORKERS)  # before any task was handed out
+    assert made == 0 and left == 0  # the pipeline parsed on that pool, not one of its own
+    assert tuple(verdict) == _verdict(api.analyze(job, keep=False))
+
+
+def test_a_command_that_leaves_without_parsing_leaves_no_worker_and_says_nothing():
+    # A run found in the history is shown without parsing: the workers forked early, idle, are told
+    # to leave (the command's exit would otherwise wait for them for ever), none is left half-forked.
+    code = ("import sys\n"
+            "from postmortem import cli, workers\n"
+            "workers.PARALLEL_MIN_BYTES = 0\n"
+            "assert workers.start_early(['analyze', sys.argv[1]])\n"
+            "workers._EARLY[workers.worker_context()].join(120)\n"
+            "cli._quick_exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(sample_dir("hang_dataloader"))],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0
+    assert out.stderr == ""
 
 
 def test_a_program_that_calls_the_api_keeps_numpy_in_the_pools_it_forks_from_the_same_server():
