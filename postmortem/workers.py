@@ -185,13 +185,13 @@ class _EarlyPool(threading.Thread):
             return
         finally:
             self.made.set()
-        try:
-            for _ in range(min(usable_cores(), EARLY_WORKERS)):
-                if self.stopping:
-                    break
+        for _ in range(min(usable_cores(), EARLY_WORKERS)):
+            if self.stopping:
+                return
+            try:
                 self.executor.submit(os.getpid)
-        except Exception:  # (a server that cannot fork: the pool forks as tasks come, or says why)
-            pass
+            except Exception:  # (a server that cannot fork: the pool forks as tasks come, or says why)
+                return
 
     def take(self) -> ProcessPoolExecutor | None:
         """The pool, once made (None where it could not be)."""
