@@ -311,5 +311,6 @@ def start_early(argv: Sequence[str]) -> bool:
         return False
     if not _EARLY:
         atexit.register(_close_unused_early_pools)
-    _EARLY[context] = _EarlyPool(context)
+    if context not in _EARLY:  # (one pool, whatever calls this again before a pipeline takes it)
+        _EARLY[context] = _EarlyPool(context)
     return True
