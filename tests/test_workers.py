@@ -76,6 +76,14 @@ def test_parsing_workers_allocator_options_follow_the_defaults_polars_sets_for_i
 
 
 _PARALLEL = "from postmortem import pipeline\npipeline.PARALLEL_MIN_BYTES = 0  # the big-job path, on a small job\n"
+# (the command's head start, on a small job: ``sys.argv[1]`` is the job)
+_START_EARLY = ("from postmortem import workers\nworkers.PARALLEL_MIN_BYTES = 0\n"
+                "assert workers.start_early(['analyze', sys.argv[1]])\n")
+
+
+def _run(code: str, job, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``code`` run by a Python of its own, the job its argument."""
+    return subprocess.run([sys.executable, "-c", code, str(job)], capture_output=True, text=True, timeout=timeout)
 
 
 def _verdict(report: dict) -> tuple:
@@ -86,9 +94,7 @@ def test_a_server_started_early_serves_the_workers_with_their_settings_and_the_r
     job = sample_dir("hang_dataloader")
     code = _PARALLEL + (
         "import json, os, sys\nfrom concurrent.futures import ProcessPoolExecutor\nfrom multiprocessing import forkserver\n"
-        "from postmortem import api, workers\n"
-        "workers.PARALLEL_MIN_BYTES = 0\n"
-        "assert workers.start_early(['analyze', sys.argv[1]])\n"
+        "from postmortem import api\n" + _START_EARLY +
         "server = forkserver._forkserver._forkserver_pid\n"
         # (a pool opened outside worker_environment: what its worker sees is the server's)
         "with ProcessPoolExecutor(1, mp_context=workers.worker_context()) as pool:\n"
@@ -97,7 +103,7 @@ def test_a_server_started_early_serves_the_workers_with_their_settings_and_the_r
         "assert forkserver._forkserver._forkserver_pid == server, 'a second server was started'\n"
         "print(json.dumps([report['verdict'], [f['signature'] for f in report['findings']]]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(job)], capture_output=True, text=True, timeout=300)
+    out = _run(code, job)
     assert out.returncode == 0, out.stderr
     assert tuple(json.loads(out.stdout)) == _verdict(api.analyze(job, keep=False))
 
@@ -106,9 +112,7 @@ def test_the_workers_are_forked_while_the_command_imports_and_the_pipeline_parse
     job = sample_dir("hang_dataloader")
     code = _PARALLEL + (
         "import json, multiprocessing, sys\n"
-        "from postmortem import api, workers\n"
-        "workers.PARALLEL_MIN_BYTES = 0\n"
-        "assert workers.start_early(['analyze', sys.argv[1]])\n"
+        "from postmortem import api\n" + _START_EARLY +
         "workers._EARLY[workers.worker_context()].join(120)\n"
         "forked = len(multiprocessing.active_children())\n"
         "made, make = [], workers._executor\n"
@@ -117,7 +121,7 @@ def test_the_workers_are_forked_while_the_command_imports_and_the_pipeline_parse
         "print(json.dumps([forked, len(made), len(workers._EARLY), report['verdict'],\n"
         "                  [f['signature'] for f in report['findings']]]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(job)], capture_output=True, text=True, timeout=300)
+    out = _run(code, job)
     assert out.returncode == 0, out.stderr
     forked, made, left, *verdict = json.loads(out.stdout)
     assert forked == min(workers.usable_cores(), workers.EARLY_WORKERS)  # before any task was handed out
@@ -128,14 +132,10 @@ def test_the_workers_are_forked_while_the_command_imports_and_the_pipeline_parse
 def test_a_command_that_leaves_without_parsing_leaves_no_worker_and_says_nothing():
     # A run found in the history is shown without parsing: the workers forked early, idle, are told
     # to leave (the command's exit would otherwise wait for them for ever), none is left half-forked.
-    code = ("import sys\n"
-            "from postmortem import cli, workers\n"
-            "workers.PARALLEL_MIN_BYTES = 0\n"
-            "assert workers.start_early(['analyze', sys.argv[1]])\n"
+    code = ("import sys\nfrom postmortem import cli\n" + _START_EARLY +
             "workers._EARLY[workers.worker_context()].join(120)\n"
             "cli._quick_exit(0)\n")
-    out = subprocess.run([sys.executable, "-c", code, str(sample_dir("hang_dataloader"))],
-                         capture_output=True, text=True, timeout=120)
+    out = _run(code, sample_dir("hang_dataloader"), timeout=120)
     assert out.returncode == 0
     assert out.stderr == ""
 
@@ -151,7 +151,7 @@ def test_a_program_that_calls_the_api_keeps_numpy_in_the_pools_it_forks_from_the
         "    pool.submit(exec, 'import numpy').result()\n"
         "import numpy\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(job)], capture_output=True, text=True, timeout=300)
+    out = _run(code, job)
     assert out.returncode == 0, out.stderr
 
 
@@ -322,8 +322,7 @@ def test_the_command_hands_its_first_task_to_the_workers_before_it_imports_duckd
             "        super().__init__(*args)\n"
             "pipeline._Submitter = Submitter\n"
             "pipeline.load(sys.argv[1])\n")
-    out = subprocess.run([sys.executable, "-c", code, str(sample_dir("hang_dataloader_nccl"))],
-                         capture_output=True, text=True, timeout=300)
+    out = _run(code, sample_dir("hang_dataloader_nccl"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
 
