@@ -309,8 +309,7 @@ def start_early(argv: Sequence[str]) -> bool:
             forkserver.ensure_running()
     except Exception:  # (only a head start: where the server cannot start now, the pipeline starts it, or says why)
         return False
-    if not _EARLY:
-        atexit.register(_close_unused_early_pools)
     if context not in _EARLY:  # (one pool, whatever calls this again before a pipeline takes it)
         _EARLY[context] = _EarlyPool(context)
+        atexit.register(_close_unused_early_pools)
     return True
