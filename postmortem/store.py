@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
+import pyarrow as pa
 
 from .errors import PostmortemError
 from .schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, add_column_ddl, ddl, view_ddl
@@ -85,11 +86,45 @@ def append(con: duckdb.DuckDBPyConnection, table: str, run_id: str, df: pl.DataF
         return
     # (as Arrow string views, Polars' own layout: the default conversion to large strings copies every
     # string, 0.8 s of the main process's 1.2 s for the 64-rank job)
-    con.register("_incoming", df.to_arrow(compat_level=pl.CompatLevel.newest()))
+    con.register("_incoming", _json_marked(table, df.to_arrow(compat_level=pl.CompatLevel.newest())))
     try:
         con.execute(f"INSERT INTO {table} SELECT ? AS run_id, * FROM _incoming", [run_id])
     finally:
         con.unregister("_incoming")
+
+
+# Each table's JSON columns: text a parser's own encoder wrote (``schema.json_attrs``, ``json.dumps``).
+_JSON_COLUMNS = {table: [name for name, typ, _ in columns if typ == "JSON"] for table, columns in TABLES.items()}
+_TEXT = (pa.string(), pa.large_string(), pa.string_view())
+
+
+def _json_marked(table: str, data: pa.Table) -> pa.Table:
+    """``data`` with the text of the table's JSON columns typed as Arrow's JSON (``arrow.json``), which
+    DuckDB takes into a JSON column as it is, where text typed as a string is parsed first, every value
+    of every row, to prove it JSON (the 64-rank job's 205k compile records: ~45 ms of the command's
+    CPU). ``tests/test_store.py`` holds what the parsers write there JSON. As it was where pyarrow has
+    no JSON type (before 19)."""
+    json_type = getattr(pa, "json_", None)
+    for name in _JSON_COLUMNS[table] if json_type is not None else ():
+        at = data.schema.get_field_index(name)
+        if at >= 0:
+            data = data.set_column(at, name, _as_json(data.column(at), json_type))
+    return data
+
+
+def _as_json(column: pa.ChunkedArray, json_type) -> pa.ChunkedArray:
+    """A column of text, or of a dictionary of text (a Categorical's), as JSON; any other as it is."""
+    kind = column.type
+    if pa.types.is_dictionary(kind) and kind.value_type in _TEXT:
+        kind = pa.dictionary(kind.index_type, json_type(kind.value_type), kind.ordered)
+        chunks = [pa.DictionaryArray.from_arrays(c.indices, pa.ExtensionArray.from_storage(kind.value_type, c.dictionary))
+                  for c in column.chunks]
+    elif kind in _TEXT:
+        kind = json_type(kind)
+        chunks = [pa.ExtensionArray.from_storage(kind, c) for c in column.chunks]
+    else:
+        return column
+    return pa.chunked_array(chunks, kind)
 
 
 class Batcher:
