@@ -510,22 +510,6 @@ static inline int32_t chars_end(const uint8_t *s, int32_t len, int64_t chars) {
     return at;
 }
 
-/* Whether the first n bytes of s are ASCII (8 at a time). */
-static inline int is_ascii(const uint8_t *s, int32_t n) {
-    int32_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        uint64_t word;
-        memcpy(&word, s + j, 8);
-        if (word & 0x8080808080808080ULL)
-            return 0;
-    }
-    for (; j < n; j++) {
-        if (s[j] & 0x80)
-            return 0;
-    }
-    return 1;
-}
-
 /* What a line's glog / c10 header says (textlog._glog_fields, for one line): all of it lies in
  * the line's head, its bytes up to the first "]" (``close``; -1: none) and one character more. */
 struct header {
@@ -660,11 +644,8 @@ static PyObject *glog_headers(PyObject *self, PyObject *args) {
         }
         const uint8_t *bracket = memchr(s, ']', (size_t)len);
         int32_t close = bracket ? (int32_t)(bracket - s) : -1;
-        int32_t head_len = len;  /* (a line with no "]" is its own head: Polars slices it to its end) */
-        if (bracket) {
-            /* close + 2 characters: all before the "]" are ASCII where the line has a header */
-            head_len = is_ascii(s, close) ? close + 1 + chars_end(s + close + 1, len - close - 1, 1) : chars_end(s, len, (int64_t)close + 2);
-        }
+        /* the "]" and the one character after it (a line with no "]" is its own head) */
+        int32_t head_len = bracket ? close + 1 + chars_end(s + close + 1, len - close - 1, 1) : len;
         sub_view(o[HEADS] + 16 * i, view, s, 0, head_len);
         int new_run = prev_len < 0 || head_len != prev_len || memcmp(s, prev, (size_t)head_len) != 0;
         if (new_run)

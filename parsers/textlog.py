@@ -151,6 +151,11 @@ def _asctime_lines(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# A line up to its first "]" and the character after it; all of it where it has no "]". (A regex, not
+# ``str.find`` and ``str.slice``: ``find`` counts bytes before Polars 2.2 and characters from it.)
+_HEAD = r"^([^\]]*(?:\](?s:.)?)?)"
+
+
 @dataclass
 class HeaderRuns:
     """A frame's lines in runs of those whose bytes up to the first "]", and the one after it, are the same.
@@ -172,7 +177,7 @@ class HeaderRuns:
         """The runs of ``text``; with the ``year`` of its log, each line's header fields too, where C can."""
         if _headers_c is not None and year is not None and 1000 <= year <= 9999 and not text.null_count():
             return _native_runs(text, year)
-        head = text.str.slice(0, text.str.find("]", literal=True) + 2)
+        head = text.str.extract(_HEAD, 1)
         first = head.is_null() | head.ne_missing(head.shift(1))
         return cls(head, first, None if first.all() else first.cum_sum() - 1)
 
