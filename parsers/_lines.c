@@ -499,14 +499,11 @@ static inline void sub_view(uint8_t *out, const uint8_t *view, const uint8_t *by
     make_view(out, bytes + from, to - from, buffer, offset + (uint32_t)from);
 }
 
-/* Where the first ``chars`` characters (UTF-8) of a string end, in bytes (its length at most). */
-static inline int32_t chars_end(const uint8_t *s, int32_t len, int64_t chars) {
-    int32_t at = 0;
-    for (int64_t n = 0; n < chars && at < len; n++) {
+/* Where the first character (UTF-8) of a string ends, in bytes (0 for an empty one). */
+static inline int32_t char_end(const uint8_t *s, int32_t len) {
+    int32_t at = len > 0;
+    while (at < len && (s[at] & 0xC0) == 0x80)
         at++;
-        while (at < len && (s[at] & 0xC0) == 0x80)
-            at++;
-    }
     return at;
 }
 
@@ -645,7 +642,7 @@ static PyObject *glog_headers(PyObject *self, PyObject *args) {
         const uint8_t *bracket = memchr(s, ']', (size_t)len);
         int32_t close = bracket ? (int32_t)(bracket - s) : -1;
         /* the "]" and the one character after it (a line with no "]" is its own head) */
-        int32_t head_len = bracket ? close + 1 + chars_end(s + close + 1, len - close - 1, 1) : len;
+        int32_t head_len = bracket ? close + 1 + char_end(s + close + 1, len - close - 1) : len;
         sub_view(o[HEADS] + 16 * i, view, s, 0, head_len);
         int new_run = prev_len < 0 || head_len != prev_len || memcmp(s, prev, (size_t)head_len) != 0;
         if (new_run)

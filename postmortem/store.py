@@ -96,6 +96,7 @@ def append(con: duckdb.DuckDBPyConnection, table: str, run_id: str, df: pl.DataF
 # Each table's JSON columns: text a parser's own encoder wrote (``schema.json_attrs``, ``json.dumps``).
 _JSON_COLUMNS = {table: [name for name, typ, _ in columns if typ == "JSON"] for table, columns in TABLES.items()}
 _TEXT = (pa.string(), pa.large_string(), pa.string_view())
+_JSON_TYPE = getattr(pa, "json_", None)  # (Arrow's JSON extension type: pyarrow 19 on)
 
 
 def _json_marked(table: str, data: pa.Table) -> pa.Table:
@@ -104,23 +105,22 @@ def _json_marked(table: str, data: pa.Table) -> pa.Table:
     of every row, to prove it JSON (the 64-rank job's 205k compile records: ~45 ms of the command's
     CPU). ``tests/test_store.py`` holds what the parsers write there JSON. As it was where pyarrow has
     no JSON type (before 19)."""
-    json_type = getattr(pa, "json_", None)
-    for name in _JSON_COLUMNS[table] if json_type is not None else ():
+    for name in _JSON_COLUMNS[table] if _JSON_TYPE is not None else ():
         at = data.schema.get_field_index(name)
         if at >= 0:
-            data = data.set_column(at, name, _as_json(data.column(at), json_type))
+            data = data.set_column(at, name, _as_json(data.column(at)))
     return data
 
 
-def _as_json(column: pa.ChunkedArray, json_type) -> pa.ChunkedArray:
+def _as_json(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """A column of text, or of a dictionary of text (a Categorical's), as JSON; any other as it is."""
     kind = column.type
     if pa.types.is_dictionary(kind) and kind.value_type in _TEXT:
-        kind = pa.dictionary(kind.index_type, json_type(kind.value_type), kind.ordered)
+        kind = pa.dictionary(kind.index_type, _JSON_TYPE(kind.value_type), kind.ordered)
         chunks = [pa.DictionaryArray.from_arrays(c.indices, pa.ExtensionArray.from_storage(kind.value_type, c.dictionary))
                   for c in column.chunks]
     elif kind in _TEXT:
-        kind = json_type(kind)
+        kind = _JSON_TYPE(kind)
         chunks = [pa.ExtensionArray.from_storage(kind, c) for c in column.chunks]
     else:
         return column

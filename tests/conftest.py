@@ -10,6 +10,8 @@ import pytest
 from postmortem import api
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_logs"
+# Every scenario folder (one with an expected.json) is in one of these: our runs', and the public threads'.
+CORPORA = [SAMPLES, Path(__file__).resolve().parent / "realworld"]
 _REPORTS: dict[str, dict] = {}
 
 

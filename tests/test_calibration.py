@@ -4,15 +4,11 @@ collect instead of guessing."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from postmortem import api, calibration, catalog, summary
 
-from .conftest import SAMPLES, evaluated
-
-CORPORA = [SAMPLES, Path(__file__).resolve().parent / "realworld"]
+from .conftest import CORPORA, SAMPLES, evaluated
 
 
 def outcomes() -> list[calibration.Outcome]:

@@ -14,6 +14,8 @@ from postmortem import api, store
 from postmortem.errors import PostmortemError
 from postmortem.schema import SCHEMA_VERSION, TABLES
 
+from .conftest import CORPORA
+
 
 def test_a_run_lands_in_history_and_show_rebuilds_the_same_report(sample, history):
     report = api.analyze(sample("rank_sigkill"), db=history)
@@ -139,8 +141,7 @@ def test_what_the_parsers_write_in_a_json_column_is_json():
 
     from postmortem import discover, parsing
 
-    tests = Path(__file__).resolve().parent
-    cases = [p for root in (tests.parent / "sample_logs", tests / "realworld") for p in sorted(root.iterdir()) if p.is_dir()]
+    cases = [p.parent for root in CORPORA for p in sorted(root.glob("*/expected.json"))]
     checked = 0
     for case in cases:
         _, frames = parsing.parse_in_worker(discover.discover(case).sources)
