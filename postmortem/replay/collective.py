@@ -111,10 +111,13 @@ def _worker(rank: int, world: int, port: int, backend: str, ops: list[Op], timeo
                 if backend == "nccl":
                     torch.cuda.synchronize(device)
             except UnsupportedOp as exc:
+                issuing[rank] = _NOT_ISSUING
                 events.put(("skip", rank, op.seq, str(exc)))
                 continue
-            finally:
-                issuing[rank] = _NOT_ISSUING
+            # (not cleared where the collective raised: the error event may never arrive, its queue
+            # stuck behind a peer that died holding the lock, and the rank, alive at the deadline,
+            # is then reported in the collective it was in, not in the last one whose start came)
+            issuing[rank] = _NOT_ISSUING
             completed[rank] = op.seq
             events.put(("done", rank, op.seq))
         events.put(("finished", rank, None))
