@@ -134,6 +134,23 @@ def test_batched_appends_stay_under_their_bounds_and_keep_every_tables_rows_in_o
         assert got == whole.con.sql(f"SELECT * FROM {table}").fetchall() and len(got) == frames[table].height, table
 
 
+def test_a_full_batch_inserts_the_tables_that_fill_it_and_the_few_rows_of_others_wait(sample):
+    """A batch that reaches its bound inserts its largest tables, not every table: a table of a few
+    rows (a run's events beside its compile records) waits for the last flush, not an insert a batch."""
+    from postmortem import discover, parsing
+
+    _, frames = parsing.parse_in_worker(discover.discover(sample("hang_dataloader_nccl")).sources)
+    big, few = max(frames, key=lambda t: frames[t].height), min(frames, key=lambda t: frames[t].height)
+    assert frames[big].height >= 40 and frames[few].height < 10
+    batch = store.Batcher(store.staging(), "r", max_rows=frames[big].height // 2 + frames[few].height)
+    batch.add(few, frames[few])
+    batch.add(big, frames[big])  # (over the bound: the big table goes in, the few rows are left)
+    count = lambda t: batch.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]  # noqa: E731
+    assert count(big) == frames[big].height and count(few) == 0 and batch.rows == frames[few].height
+    batch.flush()
+    assert count(few) == frames[few].height and batch.rows == batch.bytes == 0
+
+
 def test_what_the_parsers_write_in_a_json_column_is_json():
     """A JSON column's text reaches DuckDB unchecked (``store._json_marked``): in every sample's and every
     real-world case's parsed frames, each value of a JSON column parses as JSON."""
