@@ -528,9 +528,13 @@ def _top_ops(ops: pl.DataFrame) -> list[dict]:
             self_time[stack[-1][0]] -= dur
         self_time[i] += dur
         stack.append((i, end))
+    # summed in whole nanoseconds (a trace's unit), not as floats: the order a float sum takes, which
+    # Polars' threads vary, moved a total across the 0.1 us it is rounded to between two analyses of
+    # the same trace (646.2 and 646.3 us)
+    ns = lambda col: (pl.col(col) * 1000).round(0).cast(pl.Int64)  # noqa: E731
     agg = (ops.with_columns(pl.Series("self_f", self_time)).filter("own")
-           .group_by("name").agg(pl.len().alias("calls"), pl.col("self_f").sum().alias("self_us"),
-                                 pl.col("dur_f").sum().alias("total_us"))
+           .group_by("name").agg(pl.len().alias("calls"), (ns("self_f").sum() / 1000).alias("self_us"),
+                                 (ns("dur_f").sum() / 1000).alias("total_us"))
            .sort(["self_us", "name"], descending=[True, False]))
     total = agg["self_us"].sum() or 1.0
     return [{"name": r["name"], "calls": r["calls"], "self_us": round(r["self_us"], 1),

@@ -183,6 +183,26 @@ def test_cpu_ops_are_kept_only_as_top_ops_by_self_time(sample):
     assert [a["self_us"] for a in attrs] == sorted((a["self_us"] for a in attrs), reverse=True)
 
 
+def test_a_top_ops_total_is_the_exact_sum_of_its_calls_whatever_order_they_are_summed_in(sample):
+    """Each top op's total time is the sum of its cpu_op events' durations in the trace, to the
+    0.1 us it is reported in, taken exactly (decimal): a float sum, whose order Polars' threads vary,
+    put memory_leak's CompiledFunctionBackward at 2042.4 us in one analysis and 2042.5 in another."""
+    from decimal import Decimal
+
+    for trace in traces(sample("straggler")) + traces(sample("memory_leak")):
+        raw = trace.read_bytes()
+        events = json.loads(gzip.decompress(raw) if trace.suffix == ".gz" else raw)["traceEvents"]
+        exact: dict[str, Decimal] = {}
+        for e in events:
+            if e.get("cat") == "cpu_op" and "dur" in e and "ts" in e:
+                exact[e["name"]] = exact.get(e["name"], Decimal(0)) + Decimal(str(e["dur"]))
+        top = parse(trace)["events"].filter(pl.col("kind") == "cpu_op_top")
+        assert top.height
+        for name, attrs in zip(top["message"], top["attrs"]):
+            # (rounded as Python rounds the float nearest the exact sum)
+            assert json.loads(attrs)["total_us"] == round(float(exact[name]), 1), (trace.name, name)
+
+
 # ---------------------------------------------------------------- robustness
 
 
