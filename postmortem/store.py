@@ -134,14 +134,14 @@ class Batcher:
     rows of long text, and what waits here is held twice while DuckDB copies it in. And in rows:
     while workers parse, what they sent goes in as it comes (~1 us a row), not all after the
     last of them has finished (0.3 s of one core, the other idle, for the 64-rank job's 200k rows);
-    but not in batches much smaller than DuckDB's row groups (122,880 rows): each batch appends every
-    table's frames, and the compile records' inserts cost more in more of them (the 64-rank job's
-    command 1.24 -> 1.15 s of CPU with 100k rows a batch, not 50k; its peak RSS the same, the 512-rank
-    job's 428 -> 471-488 MiB). A full batch inserts only the tables that fill it, largest first, until
-    what waits is under half the bounds: the others' few rows wait for the last flush, where each table
-    is inserted once anyway (the 64-rank job: 24 inserts of a few hundred rows each while the workers
-    parse, ~3 ms of CPU each, the compile records' batches between them). Each table's rows still
-    go in in the order they came."""
+    but not in batches much smaller than DuckDB's row groups (122,880 rows): the compile records'
+    inserts cost more in more of them (the 64-rank job's command 1.24 -> 1.15 s of CPU with 100k rows
+    a batch, not 50k; its peak RSS the same, the 512-rank job's 428 -> 471-488 MiB). A full batch
+    inserts only the tables that fill it, largest first, until what waits is under half the bounds:
+    the others' few rows wait for the last flush, where each table is inserted once anyway (the
+    64-rank job: 24 inserts of a few hundred rows each while the workers parse, ~3 ms of CPU each,
+    were in the batches of its compile records: 38 -> 14 inserts). Each table's rows still go in in
+    the order they came."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, max_rows: int = 100_000,
                  max_bytes: int = 64 << 20):
