@@ -148,7 +148,14 @@ class Batcher:
         self.con, self.run_id, self.max_rows, self.max_bytes = con, run_id, max_rows, max_bytes
         self.pending: dict[str, list[pl.DataFrame]] = {}
         self.held: dict[str, tuple[int, int]] = {}  # table -> rows and bytes waiting
-        self.rows = self.bytes = 0
+
+    @property
+    def rows(self) -> int:
+        return sum(rows for rows, _ in self.held.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(size for _, size in self.held.values())
 
     def add(self, table: str, df: pl.DataFrame) -> None:
         if df.height == 0:
@@ -157,8 +164,6 @@ class Batcher:
         self.pending.setdefault(table, []).append(df)
         rows, held = self.held.get(table, (0, 0))
         self.held[table] = (rows + df.height, held + size)
-        self.rows += df.height
-        self.bytes += size
         if self.rows >= self.max_rows or self.bytes >= self.max_bytes:
             self._flush_largest()
 
@@ -176,8 +181,7 @@ class Batcher:
     def _insert(self, table: str) -> None:
         # chunks side by side, not copied into one: DuckDB reads them through Arrow as they are
         frames = self.pending.pop(table)
-        rows, size = self.held.pop(table)
-        self.rows, self.bytes = self.rows - rows, self.bytes - size
+        del self.held[table]
         append(self.con, table, self.run_id, pl.concat(frames, how="vertical_relaxed", rechunk=False))
 
     def flush(self) -> None:
